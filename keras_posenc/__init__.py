@@ -1,0 +1,29 @@
+"""keras_posenc: Transformer-style position encodings for TensorFlow/Keras."""
+
+from keras_posenc import ops
+from keras_posenc._compat import IS_KERAS_3
+from keras_posenc.layers.combined_position_input import (
+    CombinedPositionInput,
+    combined_attention_input,
+)
+from keras_posenc.layers.learned_position_embedding import LearnedPositionEmbedding
+from keras_posenc.layers.relative_multi_head_attention import (
+    RelativeMultiHeadAttention,
+)
+from keras_posenc.layers.relative_position_bias import RelativePositionBias
+from keras_posenc.layers.sinusoidal_position_encoding import (
+    SinusoidalPositionEncoding,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "IS_KERAS_3",
+    "CombinedPositionInput",
+    "LearnedPositionEmbedding",
+    "RelativeMultiHeadAttention",
+    "RelativePositionBias",
+    "SinusoidalPositionEncoding",
+    "combined_attention_input",
+    "ops",
+]

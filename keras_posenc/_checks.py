@@ -1,0 +1,59 @@
+"""Argument validation with one message form (see STYLE.md)."""
+
+import numbers
+
+
+def _fail(name, expectation, value, fix=None, error=ValueError):
+    message = f"`{name}` must be {expectation}. Received: {name}={value!r}"
+    if fix:
+        message += f". {fix}"
+    raise error(message)
+
+
+def positive_int(name, value, allow_none=False, minimum=1):
+    """Checks that `value` is an integer >= `minimum` (or None if allowed)."""
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        expectation = f"an integer >= {minimum}" + (" or None" if allow_none else "")
+        _fail(name, expectation, value, error=TypeError)
+    if value < minimum:
+        _fail(name, f"an integer >= {minimum}", value)
+    return int(value)
+
+
+def positive_float(name, value):
+    """Checks that `value` is a finite number > 0."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        _fail(name, "a number > 0", value, error=TypeError)
+    if not value > 0 or value == float("inf"):
+        _fail(name, "a finite number > 0", value)
+    return float(value)
+
+
+def rate(name, value):
+    """Checks that `value` is a probability in [0, 1)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        _fail(name, "a number in [0, 1)", value, error=TypeError)
+    if not 0.0 <= value < 1.0:
+        _fail(name, "a number in [0, 1)", value)
+    return float(value)
+
+
+def boolean(name, value):
+    """Checks that `value` is a bool."""
+    if not isinstance(value, bool):
+        _fail(name, "a bool", value, error=TypeError)
+    return value
+
+
+def choice(name, value, allowed):
+    """Checks that `value` is one of the strings in `allowed`."""
+    if value not in allowed:
+        _fail(name, f"one of {allowed}", value)
+    return value
+
+
+def fail(name, expectation, value, fix=None, error=ValueError):
+    """Raises the standard message for an argument that fails a custom check."""
+    _fail(name, expectation, value, fix=fix, error=error)

@@ -1,0 +1,42 @@
+"""One place that knows which Keras `tf.keras` is (Keras 3 or tf_keras 2)."""
+
+import tensorflow as tf
+
+keras = tf.keras
+
+#: True under Keras 3 (the default), False with `TF_USE_LEGACY_KERAS=1`.
+IS_KERAS_3 = keras.layers.Layer.__module__.startswith("keras.")
+
+
+#: Every class registered by `register`, by plain class name.
+REGISTERED = {}
+
+
+def register(cls):
+    """Registers a class under the `keras_posenc` package for deserialization."""
+    REGISTERED[cls.__name__] = cls
+    return keras.utils.register_keras_serializable(package="keras_posenc")(cls)
+
+
+def deserialize_layer(config):
+    """A layer from `keras.layers.serialize` output, in either Keras.
+
+    Keras 2's legacy (H5) loader looks classes up by plain name, so the
+    package's classes are passed explicitly.
+    """
+    if config is None or isinstance(config, keras.layers.Layer):
+        return config
+    return keras.layers.deserialize(config, custom_objects=REGISTERED)
+
+
+def dim(x, axis):
+    """The static size of `x` on `axis` when known, else the dynamic one."""
+    static = x.shape[axis]
+    return static if static is not None else tf.shape(x)[axis]
+
+
+def incoming_mask(tensor, explicit):
+    """The Keras mask of `tensor`: Keras 3 passes it, Keras 2 attaches it."""
+    if explicit is not None:
+        return explicit
+    return getattr(tensor, "_keras_mask", None)

@@ -1,0 +1,1 @@
+"""One public layer per module."""

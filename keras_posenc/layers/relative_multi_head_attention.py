@@ -1,0 +1,295 @@
+"""Multi-head attention that adds a position bias to its logits."""
+
+import math
+
+import tensorflow as tf
+
+from keras_posenc import _checks, ops
+from keras_posenc._compat import (
+    deserialize_layer,
+    dim,
+    incoming_mask,
+    keras,
+    register,
+)
+
+
+@register
+class RelativeMultiHeadAttention(keras.layers.Layer):
+    """Multi-head attention with a position bias: `softmax(QK^T/sqrt(H) + B) V`.
+
+    Queries `(B, T, Dq)`, keys and values `(B, S, Dv)` of any widths are
+    projected to `N` heads (`(B, N, T, H)`, `(B, N, S, H)`), the logits
+    `(B, N, T, S)` get the bias `B` of `position_bias` (any producer of the
+    bias contract: `RelativePositionBias`, `DynamicPositionBias`, ...) plus an
+    optional call-time `attention_bias`, and masked logits are replaced by
+    `-keras_posenc.ops.MASK_PENALTY` (bounded, so int8 export stays accurate;
+    a masked key is then invisible while some real logit in its row exceeds
+    about -15, which the unmasked self/diagonal logit of any bias does).
+    Softmax runs in float32 even under mixed precision. The output is
+    projected to `output_dim` (the query width by default).
+
+    Built from Dense projections, reshapes, transposes and BATCH_MATMUL (no
+    einsum, no GELU), so with static shapes it exports to full-int8 TFLite
+    and runs on microcontrollers. Keras masks work as in
+    `keras.layers.MultiHeadAttention`; a fully masked row gives finite output.
+
+    Args:
+        num_heads: int, the number of heads N.
+        key_dim: int, the size H of each query/key head.
+        value_dim: int, the size of each value head. Defaults to `None`
+            (same as `key_dim`).
+        output_dim: int, the output width. Defaults to `None` (the query
+            width).
+        dropout: float, dropout rate on the attention weights.
+            Defaults to `0.0`.
+        use_bias: bool, whether the projections have biases.
+            Defaults to `True`.
+        position_bias: a bias-producing layer called as
+            `position_bias(query, key)`, or None. Defaults to `None`.
+        kernel_initializer: str or initializer for the projection kernels.
+            Defaults to `"glorot_uniform"`.
+        bias_initializer: str or initializer for the projection biases.
+            Defaults to `"zeros"`.
+
+    Call arguments:
+        query: tensor `(B, T, Dq)`.
+        value: tensor `(B, S, Dv)`.
+        key: optional tensor `(B, S, Dk)`; defaults to `value`.
+        attention_mask: optional boolean `(B, T, S)`; True where attention is
+            allowed.
+        attention_bias: optional precomputed bias broadcastable to
+            `(B, N, T, S)`, added to the logits.
+        use_causal_mask: bool, mask keys `j > i`. Defaults to `False`.
+        return_attention_scores: bool, also return the `(B, N, T, S)`
+            attention weights. Defaults to `False`.
+        training: bool, whether dropout is active.
+
+    Returns:
+        The `(B, T, output_dim)` output, and with `return_attention_scores`
+        also the `(B, N, T, S)` weights.
+
+    Example:
+
+    >>> import tensorflow as tf
+    >>> import keras_posenc
+    >>> attention = keras_posenc.RelativeMultiHeadAttention(
+    ...     num_heads=2, key_dim=4,
+    ...     position_bias=keras_posenc.RelativePositionBias(num_heads=2))
+    >>> x = tf.random.normal((3, 7, 16))
+    >>> attention(x, x).shape
+    TensorShape([3, 7, 16])
+
+    References:
+        - [Vaswani et al., 2017](https://arxiv.org/abs/1706.03762)
+        - [Shaw et al., 2018](https://arxiv.org/abs/1803.02155)
+    """
+
+    def __init__(
+        self,
+        num_heads,
+        key_dim,
+        value_dim=None,
+        output_dim=None,
+        dropout=0.0,
+        use_bias=True,
+        position_bias=None,
+        kernel_initializer="glorot_uniform",
+        bias_initializer="zeros",
+        **kwargs,
+    ):
+        num_heads = _checks.positive_int("num_heads", num_heads)
+        key_dim = _checks.positive_int("key_dim", key_dim)
+        value_dim = _checks.positive_int("value_dim", value_dim, allow_none=True)
+        output_dim = _checks.positive_int("output_dim", output_dim, allow_none=True)
+        dropout = _checks.rate("dropout", dropout)
+        use_bias = _checks.boolean("use_bias", use_bias)
+        if isinstance(position_bias, dict):
+            position_bias = deserialize_layer(position_bias)
+        if position_bias is not None and not isinstance(
+            position_bias, keras.layers.Layer
+        ):
+            _checks.fail(
+                "position_bias", "a Keras layer or None", position_bias, error=TypeError
+            )
+        super().__init__(**kwargs)
+        self.num_heads = num_heads
+        self.key_dim = key_dim
+        self.value_dim = value_dim
+        self.output_dim = output_dim
+        self.dropout = dropout
+        self.use_bias = use_bias
+        self.position_bias = position_bias
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.bias_initializer = keras.initializers.get(bias_initializer)
+        self.supports_masking = True
+        self._dropout_layer = keras.layers.Dropout(dropout)
+
+    def build(self, query_shape, value_shape=None, key_shape=None):
+        width = query_shape[-1]
+        if width is None:
+            raise ValueError(
+                "The last axis of `query` must be known. "
+                f"Received: query_shape={query_shape}"
+            )
+        heads_v = self.num_heads * (self.value_dim or self.key_dim)
+        self._query_dense = self._dense(self.num_heads * self.key_dim, "query")
+        self._key_dense = self._dense(self.num_heads * self.key_dim, "key")
+        self._value_dense = self._dense(heads_v, "value")
+        self._output_dense = self._dense(self.output_dim or width, "attention_output")
+        _build_sublayer(self._query_dense, query_shape)
+        # Keras 2 passes only the query shape: key/value build on first call.
+        if value_shape is not None:
+            _build_sublayer(self._value_dense, value_shape)
+            key_shape = key_shape if key_shape is not None else value_shape
+            _build_sublayer(self._key_dense, key_shape)
+        _build_sublayer(self._output_dense, tuple(query_shape[:-1]) + (heads_v,))
+        if self.position_bias is not None and not self.position_bias.built:
+            _build_sublayer(self.position_bias, query_shape)
+        self.built = True
+
+    def call(
+        self,
+        query,
+        value,
+        key=None,
+        attention_mask=None,
+        attention_bias=None,
+        use_causal_mask=False,
+        return_attention_scores=False,
+        training=None,
+        query_mask=None,
+        value_mask=None,
+        key_mask=None,
+    ):
+        # Keras 2 converts only the first positional argument.
+        value = tf.convert_to_tensor(value)
+        key = value if key is None else tf.convert_to_tensor(key)
+        self._check_lengths(query, value, key)
+        mask = self._combined_mask(
+            query,
+            value,
+            key,
+            incoming_mask(query, query_mask),
+            incoming_mask(value, value_mask),
+            incoming_mask(key, key_mask),
+            attention_mask,
+            use_causal_mask,
+        )
+        q = self._split_heads(self._query_dense(query), self.key_dim)  # (B, N, T, H)
+        k = self._split_heads(self._key_dense(key), self.key_dim)  # (B, N, S, H)
+        v = self._split_heads(self._value_dense(value), self.value_dim or self.key_dim)
+        q = q * tf.cast(1.0 / math.sqrt(self.key_dim), q.dtype)
+        logits = tf.cast(tf.matmul(q, k, transpose_b=True), tf.float32)  # (B, N, T, S)
+        if self.position_bias is not None:
+            logits += tf.cast(self.position_bias(query, key), tf.float32)
+        if attention_bias is not None:
+            logits += tf.cast(attention_bias, tf.float32)
+        if mask is not None:
+            logits = tf.where(mask[:, None], logits, -ops.MASK_PENALTY)  # (B, N, T, S)
+        weights = tf.cast(tf.nn.softmax(logits, axis=-1), self.compute_dtype)
+        dropped = self._dropout_layer(weights, training=training)
+        context = tf.matmul(dropped, v)  # (B, N, T, Hv)
+        output = self._output_dense(self._merge_heads(context))  # (B, T, Dout)
+        if return_attention_scores:
+            return output, weights
+        return output
+
+    def compute_output_shape(self, query_shape, value_shape=None, key_shape=None):
+        return tuple(query_shape[:-1]) + (self.output_dim or query_shape[-1],)
+
+    def compute_output_spec(
+        self, query, value, key=None, return_attention_scores=False, **kwargs
+    ):
+        # Keras 3 only: the symbolic output, including the optional scores.
+        output = keras.KerasTensor(
+            self.compute_output_shape(query.shape), dtype=self.compute_dtype
+        )
+        if not return_attention_scores:
+            return output
+        scores_shape = (query.shape[0], self.num_heads, query.shape[1], value.shape[1])
+        return output, keras.KerasTensor(scores_shape, dtype=self.compute_dtype)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "num_heads": self.num_heads,
+                "key_dim": self.key_dim,
+                "value_dim": self.value_dim,
+                "output_dim": self.output_dim,
+                "dropout": self.dropout,
+                "use_bias": self.use_bias,
+                "position_bias": None
+                if self.position_bias is None
+                else keras.layers.serialize(self.position_bias),
+                "kernel_initializer": keras.initializers.serialize(
+                    self.kernel_initializer
+                ),
+                "bias_initializer": keras.initializers.serialize(self.bias_initializer),
+            }
+        )
+        return config
+
+    def _dense(self, units, name):
+        return keras.layers.Dense(
+            units,
+            use_bias=self.use_bias,
+            kernel_initializer=self.kernel_initializer.__class__.from_config(
+                self.kernel_initializer.get_config()
+            ),
+            bias_initializer=self.bias_initializer.__class__.from_config(
+                self.bias_initializer.get_config()
+            ),
+            dtype=self.dtype_policy,
+            name=name,
+        )
+
+    def _split_heads(self, x, size):
+        """`(B, L, N*size)` -> `(B, N, L, size)`, with static shapes when known."""
+        x = tf.reshape(x, [-1, dim(x, 1), self.num_heads, size])
+        return tf.transpose(x, [0, 2, 1, 3])
+
+    def _merge_heads(self, x):
+        """`(B, N, T, Hv)` -> `(B, T, N*Hv)`."""
+        x = tf.transpose(x, [0, 2, 1, 3])
+        return tf.reshape(x, [-1, dim(x, 1), x.shape[2] * x.shape[3]])
+
+    @staticmethod
+    def _check_lengths(query, value, key):
+        s_v, s_k = value.shape[1], key.shape[1]
+        if s_v is not None and s_k is not None and s_v != s_k:
+            raise ValueError(
+                "`key` and `value` must have the same length. Received: "
+                f"key.shape={key.shape}, value.shape={value.shape}"
+            )
+
+    @staticmethod
+    def _combined_mask(
+        query, value, key, query_mask, value_mask, key_mask, attention_mask, causal
+    ):
+        """Boolean `(B, T, S)` mask, or None when nothing is masked."""
+        mask = None
+
+        def merge(current, extra):
+            extra = tf.cast(extra, tf.bool)
+            return extra if current is None else tf.logical_and(current, extra)
+
+        if query_mask is not None:
+            mask = merge(mask, query_mask[:, :, None])  # (B, T, 1)
+        if value_mask is not None:
+            mask = merge(mask, value_mask[:, None, :])  # (B, 1, S)
+        if key_mask is not None:
+            mask = merge(mask, key_mask[:, None, :])  # (B, 1, S)
+        if attention_mask is not None:
+            mask = merge(mask, attention_mask)  # (B, T, S)
+        if causal:
+            causal_mask = ops.causal_mask(dim(query, 1), dim(value, 1))  # (T, S)
+            mask = merge(mask, causal_mask[None])
+        return mask
+
+
+def _build_sublayer(layer, shape):
+    """Builds `layer` under its own name scope (unique weight names in Keras 2)."""
+    with tf.name_scope(layer.name):
+        layer.build(shape)

@@ -1,0 +1,151 @@
+"""Pure TensorFlow position functions: no Keras state, float32 position math.
+
+Shape letters (see README): B batch, T query length, S key length, N heads,
+D model width, K buckets/table size.
+"""
+
+import math
+
+import numpy as np
+import tensorflow as tf
+
+#: Masked attention logits are replaced by -MASK_PENALTY. Bounded on purpose:
+#: int8 calibration of the logits spans this constant, and -1e9 wrecks int8
+#: accuracy (EDGE.md). A masked key then gets e^-30 ~ 1e-13 of the weight of a
+#: real key whose logit is 0, whatever the padded content is.
+MASK_PENALTY = 30.0
+
+
+def position_range(length, start_index=0):
+    """Float32 positions `start_index, ..., start_index + length - 1`, shape (T,)."""
+    return tf.range(length, dtype=tf.float32) + tf.cast(start_index, tf.float32)
+
+
+def sinusoid(positions, width, max_wavelength=10000.0):
+    """Vaswani et al. sinusoids: sine on even features, cosine on odd ones.
+
+    Feature `i` of position `p` is `sin(p / max_wavelength ** (2 * (i // 2) /
+    width))` for even `i` and `cos(...)` for odd `i`, as keras-hub's
+    `SinePositionEncoding`.
+
+    Args:
+        positions: float tensor of any shape `(...)`.
+        width: int, the feature width D.
+        max_wavelength: float, the longest wavelength.
+
+    Returns:
+        A float32 tensor of shape `(..., D)`.
+    """
+    positions = tf.cast(positions, tf.float32)
+    index = np.arange(width)
+    exponent = (2 * (index // 2)).astype(np.float32) / np.float32(width)
+    inverse_timescale = tf.constant(
+        np.power(np.float32(1.0 / max_wavelength), exponent), tf.float32
+    )
+    angles = positions[..., None] * inverse_timescale  # (..., D)
+    is_cos = tf.constant((index % 2).astype(np.float32))
+    return tf.sin(angles) * (1.0 - is_cos) + tf.cos(angles) * is_cos
+
+
+def relative_positions(query_positions, key_positions):
+    """Key minus query position `j - i`: `(..., T, S)` from `(..., T)`, `(..., S)`."""
+    return key_positions[..., None, :] - query_positions[..., :, None]
+
+
+def t5_relative_position_bucket(
+    relative_position, bidirectional=True, num_buckets=32, max_distance=128
+):
+    """T5 / Mesh TensorFlow `_relative_position_bucket`, bit for bit.
+
+    Args:
+        relative_position: int32 tensor, `key_position - query_position`.
+        bidirectional: bool, whether keys after the query get their own buckets.
+        num_buckets: int, the number of buckets K.
+        max_distance: int, distances at and beyond it share the last bucket.
+
+    Returns:
+        An int32 tensor of the same shape with values in `[0, num_buckets)`.
+    """
+    relative_position = tf.cast(relative_position, tf.int32)
+    bucket = tf.zeros_like(relative_position)
+    n = -relative_position
+    if bidirectional:
+        num_buckets //= 2
+        bucket += tf.cast(n < 0, tf.int32) * num_buckets
+        n = tf.abs(n)
+    else:
+        n = tf.maximum(n, 0)
+    max_exact = num_buckets // 2
+    is_small = n < max_exact
+    # max(n, 1) only keeps log(0) out of the unused branch of tf.where.
+    scaled = (
+        tf.math.log(tf.cast(tf.maximum(n, 1), tf.float32) / max_exact)
+        / math.log(max_distance / max_exact)
+        * (num_buckets - max_exact)
+    )
+    val_if_large = tf.minimum(max_exact + tf.cast(scaled, tf.int32), num_buckets - 1)
+    return bucket + tf.where(is_small, n, val_if_large)
+
+
+def clipped_relative_index(relative_position, max_distance, bidirectional=True):
+    """Shaw et al. clipping, shifted to a table index.
+
+    Bidirectional: `clip(j - i, -M, M) + M` in `[0, 2M]`. Causal:
+    `clip(j - i, -M, 0) + M` in `[0, M]`.
+    """
+    upper = max_distance if bidirectional else 0
+    relative_position = tf.cast(relative_position, tf.int32)
+    return tf.clip_by_value(relative_position, -max_distance, upper) + max_distance
+
+
+def alibi_slopes(num_heads):
+    """The fixed geometric head slopes of ALiBi (Press et al.), float32 `(N,)`.
+
+    For a power of two `n` the slopes are `2^(-8/n), 2^(-16/n), ...`; for other
+    counts, the paper's rule: the slopes of the closest lower power of two, then
+    every other slope of twice that power.
+    """
+
+    def power_of_two(n):
+        start = 2.0 ** (-(2.0 ** -(math.log2(n) - 3)))
+        return [start * start**i for i in range(n)]
+
+    def slopes(n):
+        if math.log2(n).is_integer():
+            return power_of_two(n)
+        closest = 2 ** math.floor(math.log2(n))
+        return power_of_two(closest) + slopes(2 * closest)[0::2][: n - closest]
+
+    return np.asarray(slopes(num_heads), dtype=np.float32)
+
+
+def alibi_bias(relative_position, num_heads, bidirectional=True):
+    """ALiBi bias `(..., N, T, S)` from relative positions `(..., T, S)`.
+
+    Causal: `-m_h * |j - i|` (keys after the query are masked by the caller).
+    Bidirectional: a symmetric penalty cannot tell left from right, so heads
+    alternate direction: even heads look left (slope `m_h` on keys before the
+    query, `2 m_h` after it) and odd heads look right (the mirror image).
+    """
+    slopes = alibi_slopes(num_heads)
+    distance = tf.cast(relative_position, tf.float32)[..., None, :, :]
+    if not bidirectional:
+        return -slopes[:, None, None] * tf.abs(distance)
+    looks_left = (np.arange(num_heads) % 2 == 0).astype(np.float32)
+    left_slope = slopes * (2.0 - looks_left)  # slope for keys before the query
+    right_slope = slopes * (1.0 + looks_left)  # slope for keys after the query
+    before = tf.nn.relu(-distance)
+    after = tf.nn.relu(distance)
+    return -(left_slope[:, None, None] * before + right_slope[:, None, None] * after)
+
+
+def causal_mask(query_length, key_length):
+    """Boolean `(T, S)` mask, True where key `j <= i` (Keras' `tril` convention).
+
+    With static lengths it is a constant (it folds away in TFLite).
+    """
+    if isinstance(query_length, int) and isinstance(key_length, int):
+        return tf.constant(np.tril(np.ones((query_length, key_length), dtype=bool)))
+    rows = tf.range(query_length)[:, None]
+    cols = tf.range(key_length)[None, :]
+    return cols <= rows

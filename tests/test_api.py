@@ -1,0 +1,100 @@
+import doctest
+import inspect
+
+import pytest
+import tensorflow as tf
+
+import keras_posenc
+
+SECTIONS = ["Call arguments:", "Returns:", "Example:", "References:"]
+LAYERS = [
+    getattr(keras_posenc, name)
+    for name in keras_posenc.__all__
+    if inspect.isclass(getattr(keras_posenc, name))
+    and issubclass(getattr(keras_posenc, name), tf.keras.layers.Layer)
+]
+FUNCTIONS = [
+    getattr(keras_posenc, name)
+    for name in keras_posenc.__all__
+    if inspect.isfunction(getattr(keras_posenc, name))
+]
+
+
+def constructor_args(cls):
+    params = inspect.signature(cls.__init__).parameters
+    return [p for p in params if p not in ("self", "kwargs")]
+
+
+def test_all_names_exist():
+    for name in keras_posenc.__all__:
+        assert hasattr(keras_posenc, name), name
+
+
+@pytest.mark.parametrize("cls", LAYERS, ids=lambda c: c.__name__)
+def test_docstring_has_the_sections_in_order(cls):
+    doc = inspect.getdoc(cls)
+    sections = (["Args:"] if constructor_args(cls) else []) + SECTIONS
+    positions = [doc.find(section) for section in sections]
+    assert -1 not in positions, (cls.__name__, sections, positions)
+    assert positions == sorted(positions)
+
+
+@pytest.mark.parametrize("cls", LAYERS, ids=lambda c: c.__name__)
+def test_every_constructor_argument_is_documented(cls):
+    doc = inspect.getdoc(cls)
+    args_section = doc.split("Args:", 1)[-1].split("Call arguments:", 1)[0]
+    for arg in constructor_args(cls):
+        assert f"    {arg}:" in "    " + args_section.replace("\n", "\n    "), arg
+        entry = args_section.split(f"{arg}:", 1)[1].split(":\n", 1)[0]
+        assert "Defaults to" in entry or arg in (
+            "num_heads",
+            "key_dim",
+            "max_length",
+            "num_classes",
+            "dim",
+            "depth",
+        ), arg
+
+
+@pytest.mark.parametrize("cls", LAYERS, ids=lambda c: c.__name__)
+def test_every_constructor_argument_is_in_get_config(cls):
+    example = _example_instance(cls)
+    config = example.get_config()
+    for arg in constructor_args(cls):
+        assert arg in config, arg
+
+
+@pytest.mark.parametrize("cls", LAYERS, ids=lambda c: c.__name__)
+def test_layer_resolves_through_the_keras_registry(cls):
+    found = tf.keras.utils.get_registered_object(f"keras_posenc>{cls.__name__}")
+    assert found is cls
+
+
+@pytest.mark.parametrize("obj", LAYERS + FUNCTIONS, ids=lambda c: c.__name__)
+def test_docstring_example_runs(obj):
+    finder = doctest.DocTestFinder(recurse=False)
+    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
+    tests = finder.find(obj, globs={})
+    assert tests and tests[0].examples, f"{obj.__name__} has no doctest example"
+    for test in tests:
+        runner.run(test)
+    assert runner.failures == 0
+
+
+def _example_instance(cls):
+    required = {
+        "num_heads": 2,
+        "key_dim": 4,
+        "max_length": 8,
+        "dim": 4,
+        "depth": 2,
+        "hidden_dim": 8,
+        "num_classes": 3,
+    }
+    params = inspect.signature(cls.__init__).parameters
+    kwargs = {
+        name: required[name]
+        for name, p in params.items()
+        if p.default is inspect.Parameter.empty and name in required
+    }
+    return cls(**kwargs)

@@ -1,0 +1,122 @@
+import math
+
+import numpy as np
+import pytest
+
+from keras_posenc import ops
+
+
+def sinusoid_oracle(positions, width, max_wavelength):
+    out = np.zeros((len(positions), width))
+    for p_index, p in enumerate(positions):
+        for i in range(width):
+            angle = p / max_wavelength ** (2 * (i // 2) / width)
+            out[p_index, i] = math.sin(angle) if i % 2 == 0 else math.cos(angle)
+    return out
+
+
+def t5_bucket_oracle(relative_position, bidirectional, num_buckets, max_distance):
+    """Mesh TensorFlow's `_relative_position_bucket`, in NumPy."""
+    ret = np.zeros_like(relative_position)
+    n = -relative_position
+    if bidirectional:
+        num_buckets //= 2
+        ret += (n < 0).astype(np.int32) * num_buckets
+        n = np.abs(n)
+    else:
+        n = np.maximum(n, 0)
+    max_exact = num_buckets // 2
+    is_small = n < max_exact
+    safe = np.maximum(n, 1).astype(np.float32)
+    large = max_exact + (
+        np.log(safe / max_exact)
+        / math.log(max_distance / max_exact)
+        * (num_buckets - max_exact)
+    ).astype(np.int32)
+    large = np.minimum(large, num_buckets - 1)
+    return ret + np.where(is_small, n, large)
+
+
+@pytest.mark.parametrize("width", [8, 7, 64])
+def test_sinusoid_matches_the_formula(width):
+    positions = np.array([0.0, 1.0, 5.0, 37.5, 1000.0])
+    got = ops.sinusoid(positions, width, 10000.0).numpy()
+    np.testing.assert_allclose(got, sinusoid_oracle(positions, width, 1e4), atol=1e-4)
+
+
+def test_sinusoid_first_position_is_sin0_cos0():
+    got = ops.sinusoid(np.array([0.0]), 6, 10000.0).numpy()
+    np.testing.assert_array_equal(got, [[0, 1, 0, 1, 0, 1]])
+
+
+@pytest.mark.parametrize("bidirectional", [True, False])
+@pytest.mark.parametrize(
+    "num_buckets,max_distance", [(32, 128), (16, 64), (64, 256), (8, 20)]
+)
+def test_t5_buckets_match_mesh_tensorflow(bidirectional, num_buckets, max_distance):
+    relative = np.arange(-300, 301, dtype=np.int32)
+    got = ops.t5_relative_position_bucket(
+        relative, bidirectional, num_buckets, max_distance
+    ).numpy()
+    want = t5_bucket_oracle(relative, bidirectional, num_buckets, max_distance)
+    np.testing.assert_array_equal(got, want)
+    assert got.min() >= 0 and got.max() < num_buckets
+
+
+def test_t5_buckets_known_values():
+    # T5 defaults: past keys get buckets 0..15, future keys 16..31; the
+    # first 8 distances are exact and far distances share the last bucket.
+    rel = np.array([0, -1, -7, -300, 1, 7, 300], dtype=np.int32)
+    got = ops.t5_relative_position_bucket(rel, True, 32, 128).numpy()
+    np.testing.assert_array_equal(got, [0, 1, 7, 15, 17, 23, 31])
+    causal = ops.t5_relative_position_bucket(rel, False, 32, 128).numpy()
+    np.testing.assert_array_equal(causal, [0, 1, 7, 31, 0, 0, 0])
+
+
+def test_clipped_index_clips_to_the_window():
+    rel = np.array([-9, -3, 0, 2, 9])
+    np.testing.assert_array_equal(
+        ops.clipped_relative_index(rel, 3, True).numpy(), [0, 0, 3, 5, 6]
+    )
+    np.testing.assert_array_equal(
+        ops.clipped_relative_index(rel, 3, False).numpy(), [0, 0, 3, 3, 3]
+    )
+
+
+def test_alibi_slopes_for_8_heads_are_powers_of_one_half():
+    np.testing.assert_allclose(ops.alibi_slopes(8), [2.0**-k for k in range(1, 9)])
+
+
+def test_alibi_slopes_for_12_heads_follow_the_paper_rule():
+    # 8 slopes of the closest power of two, then every other slope of 16 heads.
+    want = [2.0**-k for k in range(1, 9)] + [2.0**-k for k in (0.5, 1.5, 2.5, 3.5)]
+    np.testing.assert_allclose(ops.alibi_slopes(12), want, rtol=1e-6)
+
+
+def test_alibi_bidirectional_heads_tell_left_from_right():
+    rel = ops.relative_positions(np.arange(5.0), np.arange(5.0))
+    bias = ops.alibi_bias(rel, 2, bidirectional=True).numpy()  # (2, 5, 5)
+    m = ops.alibi_slopes(2)
+    # Head 0 looks left: the key one step left costs m, one step right 2m.
+    assert bias[0, 2, 1] == pytest.approx(-m[0])
+    assert bias[0, 2, 3] == pytest.approx(-2 * m[0])
+    assert bias[1, 2, 1] == pytest.approx(-2 * m[1])
+    assert bias[1, 2, 3] == pytest.approx(-m[1])
+
+
+def test_alibi_causal_is_minus_slope_times_distance():
+    rel = ops.relative_positions(np.arange(4.0), np.arange(4.0))
+    bias = ops.alibi_bias(rel, 8, bidirectional=False).numpy()
+    want = -ops.alibi_slopes(8)[:, None, None] * np.abs(
+        np.arange(4)[None, :] - np.arange(4)[:, None]
+    )
+    np.testing.assert_allclose(bias, want)
+
+
+def test_causal_mask_static_and_dynamic_agree():
+    import tensorflow as tf
+
+    static = ops.causal_mask(4, 6).numpy()
+    dynamic = ops.causal_mask(tf.constant(4), tf.constant(6)).numpy()
+    np.testing.assert_array_equal(static, np.tril(np.ones((4, 6), bool)))
+    np.testing.assert_array_equal(dynamic, static)

@@ -1,0 +1,186 @@
+import numpy as np
+import pytest
+import tensorflow as tf
+from layer_checks import check_layer
+
+from keras_posenc import (
+    RelativeMultiHeadAttention,
+    RelativePositionBias,
+    ops,
+)
+
+keras = tf.keras
+
+
+def make(bias_mode=None, **kwargs):
+    bias = None
+    if bias_mode is not None:
+        bias = RelativePositionBias(
+            num_heads=2,
+            mode=bias_mode,
+            num_buckets=8,
+            max_distance=6,
+            initializer=keras.initializers.RandomNormal(seed=3),
+        )
+    return RelativeMultiHeadAttention(
+        num_heads=2, key_dim=3, position_bias=bias, **kwargs
+    )
+
+
+def softmax(x):
+    e = np.exp(x - x.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+def attention_oracle(layer, query, value, bias=None, mask=None):
+    """NumPy multi-head attention with the layer's own weights."""
+    (wq, bq), (wk, bk), (wv, bv), (wo, bo) = (
+        (d.kernel.numpy(), d.bias.numpy())
+        for d in (
+            layer._query_dense,
+            layer._key_dense,
+            layer._value_dense,
+            layer._output_dense,
+        )
+    )
+    n = layer.num_heads
+
+    def heads(x, w, b):
+        y = x @ w + b
+        return y.reshape(y.shape[0], y.shape[1], n, -1).transpose(0, 2, 1, 3)
+
+    q, k, v = heads(query, wq, bq), heads(value, wk, bk), heads(value, wv, bv)
+    logits = q @ k.transpose(0, 1, 3, 2) / np.sqrt(q.shape[-1])
+    if bias is not None:
+        logits = logits + bias
+    if mask is not None:
+        logits = np.where(mask[:, None], logits, -np.inf)
+    context = softmax(logits) @ v  # (B, N, T, H)
+    merged = context.transpose(0, 2, 1, 3).reshape(query.shape[0], query.shape[1], -1)
+    return merged @ wo + bo
+
+
+@pytest.mark.parametrize("bias_mode", [None, "t5", "clipped", "alibi"])
+def test_layer_checks(bias_mode, tmp_path):
+    query = np.random.normal(size=(2, 5, 4)).astype("float32")
+    value = np.random.normal(size=(2, 7, 6)).astype("float32")
+    check_layer(lambda: make(bias_mode), [query, value], tmp_path)
+
+
+def test_without_bias_equals_numpy_attention():
+    layer = make()
+    query = np.random.normal(size=(2, 4, 5)).astype("float32")
+    value = np.random.normal(size=(2, 6, 3)).astype("float32")
+    out = layer(query, value).numpy()
+    np.testing.assert_allclose(out, attention_oracle(layer, query, value), atol=1e-5)
+
+
+@pytest.mark.parametrize("bias_mode", ["t5", "alibi"])
+def test_with_bias_equals_numpy_attention_plus_bias(bias_mode):
+    layer = make(bias_mode)
+    x = np.random.normal(size=(2, 6, 4)).astype("float32")
+    out = layer(x, x).numpy()
+    bias = layer.position_bias(x, x).numpy()
+    np.testing.assert_allclose(out, attention_oracle(layer, x, x, bias), atol=1e-5)
+
+
+def test_call_time_bias_is_added_to_the_logits():
+    layer = make()
+    x = np.random.normal(size=(1, 4, 4)).astype("float32")
+    bias = np.random.normal(size=(1, 2, 4, 4)).astype("float32")
+    out = layer(x, x, attention_bias=bias).numpy()
+    np.testing.assert_allclose(out, attention_oracle(layer, x, x, bias), atol=1e-5)
+
+
+def test_causal_mask_equals_numpy_causal_attention():
+    layer = make("t5")
+    x = np.random.normal(size=(2, 5, 4)).astype("float32")
+    out = layer(x, x, use_causal_mask=True).numpy()
+    mask = np.tril(np.ones((5, 5), bool))[None]
+    bias = layer.position_bias(x, x).numpy()
+    want = attention_oracle(layer, x, x, bias, mask)
+    np.testing.assert_allclose(out, want, atol=1e-5)
+
+
+@pytest.mark.parametrize("bias_mode", [None, "t5", "alibi"])
+def test_padding_never_changes_real_tokens(bias_mode):
+    layer = make(bias_mode)
+    real = np.random.normal(size=(1, 4, 4)).astype("float32")
+    pad_a = np.random.normal(size=(1, 3, 4)).astype("float32")
+    pad_b = 10 * np.random.normal(size=(1, 6, 4)).astype("float32")
+    short = layer(real, real).numpy()
+    for pad in (pad_a, pad_b):
+        x = np.concatenate([real, pad], axis=1)
+        mask = np.arange(x.shape[1])[None] < 4
+        out = layer(x, x, query_mask=mask, value_mask=mask).numpy()
+        np.testing.assert_allclose(out[:, :4], short, atol=1e-5)
+
+
+def test_keras_mask_from_embedding_is_honoured():
+    tokens = keras.Input((None,), dtype="int32")
+    emb = keras.layers.Embedding(20, 4, mask_zero=True)(tokens)
+    model = keras.Model(tokens, make("t5")(emb, emb))
+    layer, embedding = model.layers[-1], model.layers[1]
+    short = np.array([[5, 6, 7, 0]])
+    long = np.array([[5, 6, 7, 0, 0, 0, 0, 0, 0]])
+    real = model(short).numpy()[:, :3]
+    np.testing.assert_allclose(model(long).numpy()[:, :3], real, atol=1e-5)
+    values = embedding(short).numpy()
+    key_mask = np.broadcast_to((short != 0)[:, None, :], (1, 4, 4))
+    bias = layer.position_bias(values).numpy()
+    want = attention_oracle(layer, values, values, bias, key_mask)
+    np.testing.assert_allclose(real, want[:, :3], atol=1e-5)
+
+
+def test_fully_masked_rows_are_finite():
+    layer = make("alibi")
+    x = np.random.normal(size=(2, 4, 4)).astype("float32")
+    mask = np.zeros((2, 4, 4), bool)
+    out = layer(x, x, attention_mask=mask).numpy()
+    assert np.all(np.isfinite(out))
+
+
+def test_return_attention_scores_rows_sum_to_one():
+    layer = make("clipped", dropout=0.5)
+    x = np.random.normal(size=(2, 5, 4)).astype("float32")
+    out, scores = layer(x, x, return_attention_scores=True)
+    assert scores.shape == (2, 2, 5, 5)
+    np.testing.assert_allclose(scores.numpy().sum(-1), 1.0, atol=1e-5)
+    symbolic = keras.Input((5, 4))
+    sym_out, sym_scores = layer(symbolic, symbolic, return_attention_scores=True)
+    assert tuple(sym_scores.shape) == (None, 2, 5, 5)
+
+
+def test_accepts_a_combined_2d_input_and_projects_to_output_dim():
+    layer = RelativeMultiHeadAttention(num_heads=2, key_dim=4, output_dim=8)
+    x = tf.zeros((2, 5, 16))
+    assert layer(x, x).shape == (2, 5, 8)
+
+
+def test_masked_logits_use_a_bounded_penalty():
+    assert 10 <= ops.MASK_PENALTY <= 100
+
+
+@pytest.mark.parametrize(
+    "kwargs,error,match",
+    [
+        ({"num_heads": 0}, ValueError, "`num_heads` must be an integer >= 1"),
+        ({"key_dim": None}, TypeError, "`key_dim` must be an integer >= 1"),
+        ({"value_dim": 0}, ValueError, "`value_dim` must be an integer >= 1"),
+        ({"output_dim": 2.0}, TypeError, "`output_dim` must be an integer"),
+        ({"dropout": 1.0}, ValueError, r"`dropout` must be a number in \[0, 1\)"),
+        ({"use_bias": "yes"}, TypeError, "`use_bias` must be a bool"),
+        ({"position_bias": "t5"}, TypeError, "`position_bias` must be a Keras layer"),
+    ],
+)
+def test_rejects_bad_arguments(kwargs, error, match):
+    args = {"num_heads": 2, "key_dim": 4}
+    args.update(kwargs)
+    with pytest.raises(error, match=match):
+        RelativeMultiHeadAttention(**args)
+
+
+def test_key_and_value_of_different_lengths_are_an_error():
+    layer = make()
+    with pytest.raises(ValueError, match="`key` and `value` must have the same length"):
+        layer(tf.zeros((1, 3, 4)), tf.zeros((1, 5, 4)), key=tf.zeros((1, 4, 4)))
