@@ -6,7 +6,17 @@ from keras_posenc.layers.combined_position_input import (
     CombinedPositionInput,
     combined_attention_input,
 )
+from keras_posenc.layers.dynamic_position_bias import DynamicPositionBias
+from keras_posenc.layers.gated_position_fusion import (
+    GatedPositionFusion,
+    gated_position_fusion,
+)
+from keras_posenc.layers.hierarchical_position_network import (
+    HierarchicalPositionNetwork,
+)
+from keras_posenc.layers.layer_norm import LayerNorm
 from keras_posenc.layers.learned_position_embedding import LearnedPositionEmbedding
+from keras_posenc.layers.recursive_position_update import RecursivePositionUpdate
 from keras_posenc.layers.relative_multi_head_attention import (
     RelativeMultiHeadAttention,
 )
@@ -20,10 +30,16 @@ __version__ = "0.1.0"
 __all__ = [
     "IS_KERAS_3",
     "CombinedPositionInput",
+    "DynamicPositionBias",
+    "GatedPositionFusion",
+    "HierarchicalPositionNetwork",
+    "LayerNorm",
     "LearnedPositionEmbedding",
+    "RecursivePositionUpdate",
     "RelativeMultiHeadAttention",
     "RelativePositionBias",
     "SinusoidalPositionEncoding",
     "combined_attention_input",
+    "gated_position_fusion",
     "ops",
 ]

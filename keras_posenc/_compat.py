@@ -18,15 +18,19 @@ def register(cls):
     return keras.utils.register_keras_serializable(package="keras_posenc")(cls)
 
 
-def deserialize_layer(config):
-    """A layer from `keras.layers.serialize` output, in either Keras.
+def optional_layer(name, value):
+    """A layer argument: a Layer, None, or a `keras.layers.serialize` dict.
 
     Keras 2's legacy (H5) loader looks classes up by plain name, so the
-    package's classes are passed explicitly.
+    package's classes are passed explicitly when deserializing.
     """
-    if config is None or isinstance(config, keras.layers.Layer):
-        return config
-    return keras.layers.deserialize(config, custom_objects=REGISTERED)
+    if isinstance(value, dict):
+        value = keras.layers.deserialize(value, custom_objects=REGISTERED)
+    if value is not None and not isinstance(value, keras.layers.Layer):
+        raise TypeError(
+            f"`{name}` must be a Keras layer or None. Received: {name}={value!r}"
+        )
+    return value
 
 
 def dim(x, axis):

@@ -149,3 +149,37 @@ def causal_mask(query_length, key_length):
     rows = tf.range(query_length)[:, None]
     cols = tf.range(key_length)[None, :]
     return cols <= rows
+
+
+def clipped_table_mean(table, query_length, key_length, start_index=0):
+    """`mean_j table[clip(j - i, -M, M) + M]` for every query `i`, in O(T*D).
+
+    Equals averaging the dense `(T, S, D)` relative tensor over keys without
+    building it: a prefix sum over the `(2M + 1, D)` table gives each query's
+    run of unclipped distances, and the clipped tails are counted.
+
+    Args:
+        table: float tensor `(2M + 1, D)`, one vector per clipped distance.
+        query_length: int or scalar tensor T.
+        key_length: int or scalar tensor S.
+        start_index: position of the first query (keys are at `0 .. S-1`).
+
+    Returns:
+        A float32 tensor `(T, D)`.
+    """
+    table = tf.cast(table, tf.float32)
+    rows = table.shape[0]
+    m = (rows - 1) // 2
+    i = tf.range(query_length) + start_index  # (T,)
+    first, last = -i, key_length - 1 - i  # distance range of each query
+    left = tf.maximum(0, tf.minimum(last, -m - 1) - first + 1)  # count below -M
+    right = tf.maximum(0, last - tf.maximum(first, m + 1) + 1)  # count above M
+    lo = tf.clip_by_value(tf.maximum(first, -m), -m, m + 1) + m
+    hi = tf.maximum(tf.minimum(last, m) + m + 1, lo)
+    prefix = tf.concat([tf.zeros_like(table[:1]), tf.cumsum(table, axis=0)], 0)
+    middle = tf.gather(prefix, hi) - tf.gather(prefix, lo)  # (T, D)
+    tails = (
+        tf.cast(left, tf.float32)[:, None] * table[0]
+        + tf.cast(right, tf.float32)[:, None] * table[rows - 1]
+    )
+    return (middle + tails) / tf.cast(key_length, tf.float32)

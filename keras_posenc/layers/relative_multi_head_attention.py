@@ -6,10 +6,10 @@ import tensorflow as tf
 
 from keras_posenc import _checks, ops
 from keras_posenc._compat import (
-    deserialize_layer,
     dim,
     incoming_mask,
     keras,
+    optional_layer,
     register,
 )
 
@@ -104,14 +104,7 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         output_dim = _checks.positive_int("output_dim", output_dim, allow_none=True)
         dropout = _checks.rate("dropout", dropout)
         use_bias = _checks.boolean("use_bias", use_bias)
-        if isinstance(position_bias, dict):
-            position_bias = deserialize_layer(position_bias)
-        if position_bias is not None and not isinstance(
-            position_bias, keras.layers.Layer
-        ):
-            _checks.fail(
-                "position_bias", "a Keras layer or None", position_bias, error=TypeError
-            )
+        position_bias = optional_layer("position_bias", position_bias)
         super().__init__(**kwargs)
         self.num_heads = num_heads
         self.key_dim = key_dim

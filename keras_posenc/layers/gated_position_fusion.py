@@ -1,0 +1,158 @@
+"""Gated fusion of absolute and relative positions."""
+
+import tensorflow as tf
+
+from keras_posenc import _checks, ops
+from keras_posenc._compat import dim, keras, register
+
+
+@register
+class GatedPositionFusion(keras.layers.Layer):
+    """Gated fusion: `g * abs + (1 - g) * mean_j rel`, `g = sigmoid(W abs + b)`.
+
+    The design document's `gated_position_fusion`, made a layer so the gate's
+    Dense is created once (the sketch created a new one on every call). The
+    absolute encoding `abs_pos` is `(B, T, D)`; the relative term is either
+    a dense `(B, T, S, D)` tensor (memory `B*T*S*D`), or a relative *table*
+    `(2M + 1, D)` with one vector per clipped distance `clip(j - i, -M, M)`,
+    whose mean over the `S` keys is computed in O(T*D) with prefix sums
+    (`keras_posenc.ops.clipped_table_mean`) and agrees with the dense form.
+    With `max_distance` set and no `rel_pos` given, the layer learns its own
+    table. Gate math runs in float32.
+
+    Args:
+        max_distance: int, the clipping distance M of the layer's own learned
+            relative table; `None` means `rel_pos` is always passed.
+            Defaults to `None`.
+        kernel_initializer: str or initializer, for the gate kernel.
+            Defaults to `"glorot_uniform"`.
+        table_initializer: str or initializer, for the own relative table.
+            Defaults to `"glorot_uniform"`.
+
+    Call arguments:
+        abs_pos: tensor `(B, T, D)`, absolute position encoding.
+        rel_pos: optional tensor `(B, T, S, D)` (dense) or `(2M + 1, D)`
+            (table).
+        key_length: int, S for the table paths. Defaults to T.
+
+    Returns:
+        A `(B, T, D)` tensor.
+
+    Example:
+
+    >>> import tensorflow as tf
+    >>> import keras_posenc
+    >>> fusion = keras_posenc.GatedPositionFusion()
+    >>> abs_pos = tf.random.normal((2, 5, 8))
+    >>> rel_table = tf.random.normal((7, 8))  # M = 3
+    >>> fusion(abs_pos, rel_table).shape
+    TensorShape([2, 5, 8])
+
+    References:
+        - [Shaw et al., 2018](https://arxiv.org/abs/1803.02155)
+        - [Ke et al., 2020 (TUPE)](https://arxiv.org/abs/2006.15595)
+    """
+
+    def __init__(
+        self,
+        max_distance=None,
+        kernel_initializer="glorot_uniform",
+        table_initializer="glorot_uniform",
+        **kwargs,
+    ):
+        max_distance = _checks.positive_int("max_distance", max_distance, True)
+        super().__init__(**kwargs)
+        self.max_distance = max_distance
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.table_initializer = keras.initializers.get(table_initializer)
+        self.supports_masking = True
+
+    def build(self, abs_pos_shape, rel_pos_shape=None):
+        width = abs_pos_shape[-1]
+        if width is None:
+            raise ValueError(
+                "The last axis of `abs_pos` must be known. "
+                f"Received: abs_pos_shape={abs_pos_shape}"
+            )
+        self.gate = keras.layers.Dense(
+            width,
+            kernel_initializer=self.kernel_initializer,
+            dtype="float32",
+            name="gate",
+        )
+        with tf.name_scope("gate"):
+            self.gate.build(abs_pos_shape)
+        if self.max_distance is not None:
+            self.table = self.add_weight(
+                name="table",
+                shape=(2 * self.max_distance + 1, width),
+                initializer=self.table_initializer,
+            )
+        self.built = True
+
+    def call(self, abs_pos, rel_pos=None, key_length=None):
+        absolute = tf.cast(abs_pos, tf.float32)  # (B, T, D)
+        gate = tf.sigmoid(self.gate(absolute))  # (B, T, D)
+        relative = self.relative_mean(abs_pos, rel_pos, key_length)
+        fused = gate * absolute + (1.0 - gate) * relative
+        return tf.cast(fused, self.compute_dtype)
+
+    def compute_output_shape(self, abs_pos_shape, rel_pos_shape=None):
+        return tuple(abs_pos_shape)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "max_distance": self.max_distance,
+                "kernel_initializer": keras.initializers.serialize(
+                    self.kernel_initializer
+                ),
+                "table_initializer": keras.initializers.serialize(
+                    self.table_initializer
+                ),
+            }
+        )
+        return config
+
+    def relative_mean(self, abs_pos, rel_pos=None, key_length=None):
+        """The float32 relative term `mean_j rel[:, :, j]`: `(B, T, D)` or `(T, D)`."""
+        if rel_pos is None:
+            if self.max_distance is None:
+                raise ValueError(
+                    "`rel_pos` is required when the layer has no table of its "
+                    "own. Received: rel_pos=None with max_distance=None. Pass a "
+                    "relative tensor or table, or set max_distance"
+                )
+            rel_pos = self.table
+        rel_pos = tf.cast(rel_pos, tf.float32)
+        rank = rel_pos.shape.rank
+        if rank == 4:
+            return tf.reduce_mean(rel_pos, axis=2)  # (B, T, D)
+        if rank != 2 or rel_pos.shape[0] is None or rel_pos.shape[0] % 2 == 0:
+            raise ValueError(
+                "`rel_pos` must be a dense (B, T, S, D) tensor or a (2M + 1, D) "
+                f"table with an odd row count. Received: rel_pos.shape="
+                f"{rel_pos.shape}"
+            )
+        length = dim(abs_pos, 1)
+        keys = length if key_length is None else key_length
+        return ops.clipped_table_mean(rel_pos, length, keys)  # (T, D)
+
+
+def gated_position_fusion(abs_pos, rel_pos):
+    """`g * abs_pos + (1 - g) * mean_j rel_pos`, as in the design document.
+
+    Builds a `GatedPositionFusion` layer, so it works on symbolic inputs of a
+    functional model in both Keras modes. Each call creates a new gate: in an
+    eager loop, create one `GatedPositionFusion` and reuse it instead.
+
+    Example:
+
+    >>> import tensorflow as tf
+    >>> from keras_posenc import gated_position_fusion
+    >>> out = gated_position_fusion(tf.ones((2, 4, 8)), tf.ones((2, 4, 4, 8)))
+    >>> out.shape
+    TensorShape([2, 4, 8])
+    """
+    return GatedPositionFusion()(abs_pos, rel_pos)

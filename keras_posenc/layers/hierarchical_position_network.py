@@ -1,0 +1,195 @@
+"""Hierarchical position network: a position generator per Transformer layer."""
+
+import tensorflow as tf
+
+from keras_posenc import _checks, ops
+from keras_posenc._compat import dim, keras, register
+
+FEATURES = ("sinusoid", "conv")
+
+
+@register
+class HierarchicalPositionNetwork(keras.layers.Layer):
+    """A position generator per layer: `x_l + G_l(x_l, position)`.
+
+    The design document's HPN, called as written there: `hpn(inputs,
+    layer_idx)` returns `inputs + pos_info` with `pos_info = G_g(inputs,
+    position)`, `g` the generator of layer `layer_idx`. A generator that saw
+    only content would be permutation-equivariant and carry no position, so
+    each one also sees the position, as chosen by `position_features`:
+
+    - `"sinusoid"`: `G(x) = W2 relu(W1 [x, sin/cos(index)] + b1) + b2`, an MLP
+      over the content and sinusoid features of the token index (width
+      `hidden_dim`); with static shapes the sinusoids are constants.
+    - `"conv"`: `G(x) = W2 relu(W1 dwconv(x) + b1) + b2`, where a depthwise
+      convolution of width `kernel_size` over the zero-padded sequence derives
+      position from the boundaries, as conditional positional encodings (PEG)
+      do; it needs no maximum length.
+
+    `num_generators` distinct generators serve the `depth` layers: layer `l`
+    uses generator `l * num_generators // depth` (`num_generators=1` shares
+    one generator across all layers, `depth` gives one per layer).
+    `position_l2` adds `position_l2 * mean(pos_info^2)` to the model losses
+    and `dropout` drops generated positions during training.
+
+    Args:
+        dim: int, the model width D of inputs and outputs.
+        depth: int, the number of layers served.
+        num_generators: int, distinct generators (parameter sharing).
+            Defaults to `None` (one per layer).
+        position_features: str, `"sinusoid"` or `"conv"`.
+            Defaults to `"sinusoid"`.
+        hidden_dim: int, the generator MLP width. Defaults to `None` (D).
+        kernel_size: int, odd width of the `"conv"` features. Defaults to `3`.
+        position_l2: float, activity L2 weight on generated positions.
+            Defaults to `0.0`.
+        dropout: float, dropout rate on generated positions. Defaults to `0.0`.
+        max_wavelength: float, of the sinusoid features. Defaults to `10000.0`.
+
+    Call arguments:
+        inputs: tensor `(B, T, D)`, the previous layer's output.
+        layer_idx: int, the index of the current layer in `[0, depth)`;
+            positional (as in the design document) or keyword.
+        training: bool, whether dropout is active.
+
+    Returns:
+        `inputs + pos_info`, a `(B, T, D)` tensor.
+
+    Example:
+
+    >>> import tensorflow as tf
+    >>> import keras_posenc
+    >>> hpn = keras_posenc.HierarchicalPositionNetwork(dim=8, depth=2)
+    >>> x = tf.zeros((2, 5, 8))
+    >>> hpn(hpn(x, 0), 1).shape
+    TensorShape([2, 5, 8])
+
+    References:
+        - [Chu et al., 2021 (CPE/PEG)](https://arxiv.org/abs/2102.10882)
+        - [Ke et al., 2020 (TUPE)](https://arxiv.org/abs/2006.15595)
+    """
+
+    def __init__(
+        self,
+        dim,
+        depth,
+        num_generators=None,
+        position_features="sinusoid",
+        hidden_dim=None,
+        kernel_size=3,
+        position_l2=0.0,
+        dropout=0.0,
+        max_wavelength=10000.0,
+        **kwargs,
+    ):
+        dim = _checks.positive_int("dim", dim)
+        depth = _checks.positive_int("depth", depth)
+        num_generators = _checks.positive_int(
+            "num_generators", num_generators, allow_none=True
+        )
+        if num_generators is not None and num_generators > depth:
+            _checks.fail("num_generators", f"<= depth ({depth})", num_generators)
+        _checks.choice("position_features", position_features, FEATURES)
+        hidden_dim = _checks.positive_int("hidden_dim", hidden_dim, allow_none=True)
+        kernel_size = _checks.positive_int("kernel_size", kernel_size)
+        if kernel_size % 2 == 0:
+            _checks.fail("kernel_size", "an odd integer >= 1", kernel_size)
+        if position_l2 != 0.0:
+            position_l2 = _checks.positive_float("position_l2", position_l2)
+        dropout = _checks.rate("dropout", dropout)
+        max_wavelength = _checks.positive_float("max_wavelength", max_wavelength)
+        super().__init__(**kwargs)
+        self.dim = dim
+        self.depth = depth
+        self.num_generators = num_generators
+        self.position_features = position_features
+        self.hidden_dim = hidden_dim
+        self.kernel_size = kernel_size
+        self.position_l2 = float(position_l2)
+        self.dropout = dropout
+        self.max_wavelength = max_wavelength
+        self.supports_masking = True
+        self._dropout_layer = keras.layers.Dropout(dropout)
+
+    def __call__(self, inputs, layer_idx=None, *args, **kwargs):
+        # Keras 3 accepts only tensors positionally: pass layer_idx by name.
+        if layer_idx is not None:
+            kwargs["layer_idx"] = layer_idx
+        return super().__call__(inputs, *args, **kwargs)
+
+    def build(self, input_shape):
+        if input_shape[-1] != self.dim:
+            raise ValueError(
+                f"The input width must equal `dim`. Received: dim={self.dim}, "
+                f"input_shape={input_shape}"
+            )
+        hidden = self.hidden_dim or self.dim
+        features = 2 * self.dim if self.position_features == "sinusoid" else self.dim
+        batch_time = tuple(input_shape[:-1])
+        # One flat list: Keras 2's .keras saver skips lists nested in lists.
+        self.generator_layers = []
+        for g in range(self.num_generators or self.depth):
+            layers = []
+            if self.position_features == "conv":
+                conv = keras.layers.DepthwiseConv1D(
+                    self.kernel_size, padding="same", name=f"conv_{g}"
+                )
+                _build(conv, input_shape)
+                layers.append(conv)
+            hidden_layer = keras.layers.Dense(hidden, "relu", name=f"hidden_{g}")
+            _build(hidden_layer, batch_time + (features,))
+            output = keras.layers.Dense(self.dim, name=f"output_{g}")
+            _build(output, batch_time + (hidden,))
+            self.generator_layers.extend(layers + [hidden_layer, output])
+        self.built = True
+
+    def call(self, inputs, layer_idx=0, training=None):
+        per = 3 if self.position_features == "conv" else 2
+        start = self.generator_index(layer_idx) * per
+        layers = self.generator_layers[start : start + per]
+        features = inputs
+        if self.position_features == "sinusoid":
+            positions = ops.position_range(dim(inputs, 1))  # (T,)
+            table = ops.sinusoid(positions, self.dim, self.max_wavelength)  # (T, D)
+            table = tf.broadcast_to(tf.cast(table, inputs.dtype), tf.shape(inputs))
+            features = tf.concat([inputs, table], axis=-1)  # (B, T, 2D)
+        for layer in layers:
+            features = layer(features)
+        pos_info = self._dropout_layer(features, training=training)  # (B, T, D)
+        if self.position_l2:
+            squared = tf.square(tf.cast(pos_info, tf.float32))
+            self.add_loss(self.position_l2 * tf.reduce_mean(squared))
+        return inputs + pos_info
+
+    def compute_output_shape(self, input_shape):
+        return tuple(input_shape)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "dim": self.dim,
+                "depth": self.depth,
+                "num_generators": self.num_generators,
+                "position_features": self.position_features,
+                "hidden_dim": self.hidden_dim,
+                "kernel_size": self.kernel_size,
+                "position_l2": self.position_l2,
+                "dropout": self.dropout,
+                "max_wavelength": self.max_wavelength,
+            }
+        )
+        return config
+
+    def generator_index(self, layer_idx):
+        """The generator that serves layer `layer_idx`."""
+        if isinstance(layer_idx, bool) or not isinstance(layer_idx, int):
+            _checks.fail("layer_idx", "a Python int", layer_idx, error=TypeError)
+        if not 0 <= layer_idx < self.depth:
+            _checks.fail("layer_idx", f"in [0, depth={self.depth})", layer_idx)
+        return layer_idx * (self.num_generators or self.depth) // self.depth
+
+
+def _build(layer, shape):
+    with tf.name_scope(layer.name):
+        layer.build(shape)

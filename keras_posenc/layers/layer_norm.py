@@ -1,0 +1,72 @@
+"""Layer normalization written with ops that quantize to pure int8."""
+
+import tensorflow as tf
+
+from keras_posenc import _checks
+from keras_posenc._compat import keras, register
+
+
+@register
+class LayerNorm(keras.layers.Layer):
+    """Layer normalization over the last axis, microcontroller friendly.
+
+    `y = (x - mean(x)) * rsqrt(mean((x - mean(x))^2) + epsilon) * gamma + beta`,
+    computed in float32 on `(..., D)` inputs and returned in the compute
+    dtype. It equals `keras.layers.LayerNormalization(epsilon=epsilon)` but is
+    built from MEAN, SQUARED_DIFFERENCE, RSQRT, MUL and ADD, which convert to
+    pure int8 TFLite and run in TFLM (Keras' own layer leaves a float NEG
+    island, and tf_keras' aborts in 16x8 mode).
+
+    Args:
+        epsilon: float, added to the variance. Defaults to `1e-5`.
+
+    Call arguments:
+        inputs: tensor `(..., D)`.
+
+    Returns:
+        A tensor of the input's shape.
+
+    Example:
+
+    >>> import tensorflow as tf
+    >>> import keras_posenc
+    >>> y = keras_posenc.LayerNorm()(tf.constant([[1.0, 2.0, 3.0]]))
+    >>> [round(float(v), 3) for v in y[0]]
+    [-1.225, 0.0, 1.225]
+
+    References:
+        - [Ba et al., 2016](https://arxiv.org/abs/1607.06450)
+    """
+
+    def __init__(self, epsilon=1e-5, **kwargs):
+        epsilon = _checks.positive_float("epsilon", epsilon)
+        super().__init__(**kwargs)
+        self.epsilon = epsilon
+        self.supports_masking = True
+
+    def build(self, input_shape):
+        width = input_shape[-1]
+        if width is None:
+            raise ValueError(
+                "The last axis of the input must be known. "
+                f"Received: input_shape={input_shape}"
+            )
+        self.gamma = self.add_weight(name="gamma", shape=(width,), initializer="ones")
+        self.beta = self.add_weight(name="beta", shape=(width,), initializer="zeros")
+        self.built = True
+
+    def call(self, inputs):
+        x = tf.cast(inputs, tf.float32)
+        mean = tf.reduce_mean(x, axis=-1, keepdims=True)
+        variance = tf.reduce_mean(tf.math.squared_difference(x, mean), -1, True)
+        y = (x - mean) * tf.math.rsqrt(variance + self.epsilon)
+        y = y * tf.cast(self.gamma, tf.float32) + tf.cast(self.beta, tf.float32)
+        return tf.cast(y, self.compute_dtype)
+
+    def compute_output_shape(self, input_shape):
+        return tuple(input_shape)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update({"epsilon": self.epsilon})
+        return config

@@ -1,0 +1,177 @@
+"""Recursive position update block: x + Attention(x) + PositionUpdate(x)."""
+
+import tensorflow as tf
+
+from keras_posenc import _checks
+from keras_posenc._compat import keras, optional_layer, register
+from keras_posenc.layers.layer_norm import LayerNorm
+from keras_posenc.layers.relative_multi_head_attention import (
+    RelativeMultiHeadAttention,
+)
+from keras_posenc.layers.relative_position_bias import RelativePositionBias
+
+
+@register
+class RecursivePositionUpdate(keras.layers.Layer):
+    """`x_{l+1} = LayerNorm(x_l + Attention(x_l) + PositionUpdate(x_l))`.
+
+    The design document's recursive position update. `Attention` is a content
+    multi-head attention (`num_heads` heads of size `key_dim`).
+    `PositionUpdate` is a small Transformer module that refines the position
+    part of the representation: a narrow attention (`position_heads` heads of
+    size `position_key_dim`) carrying a relative position bias, then a ReLU
+    feed-forward of width `ff_dim` back to D:
+    `PositionUpdate(x) = W2 relu(W1 RelAttn(x) + b1) + b2`. Stacking blocks
+    refines positions layer after layer. Inputs and outputs are `(B, T, D)`;
+    the LayerNorm is the int8-friendly `keras_posenc.LayerNorm`.
+
+    Args:
+        num_heads: int, heads N of the content attention.
+        key_dim: int, head size H of the content attention.
+        position_heads: int, heads of the narrow position attention.
+            Defaults to `1`.
+        position_key_dim: int, head size of the position attention.
+            Defaults to `None` (`key_dim`).
+        ff_dim: int, width of the position feed-forward. Defaults to `None`
+            (D).
+        dropout: float, attention dropout. Defaults to `0.0`.
+        position_bias: bias-producing layer of the position attention.
+            Defaults to `None` (a T5 `RelativePositionBias`).
+        epsilon: float, the LayerNorm epsilon. Defaults to `1e-5`.
+
+    Call arguments:
+        inputs: tensor `(B, T, D)`.
+        attention_mask: optional boolean `(B, T, T)`.
+        use_causal_mask: bool. Defaults to `False`.
+        training: bool, whether dropout is active.
+
+    Returns:
+        A `(B, T, D)` tensor.
+
+    Example:
+
+    >>> import tensorflow as tf
+    >>> import keras_posenc
+    >>> block = keras_posenc.RecursivePositionUpdate(num_heads=2, key_dim=4)
+    >>> block(tf.random.normal((2, 6, 8))).shape
+    TensorShape([2, 6, 8])
+
+    References:
+        - [Shaw et al., 2018](https://arxiv.org/abs/1803.02155)
+        - [Dehghani et al., 2019 (Universal Transformers)](https://arxiv.org/abs/1807.03819)
+    """
+
+    def __init__(
+        self,
+        num_heads,
+        key_dim,
+        position_heads=1,
+        position_key_dim=None,
+        ff_dim=None,
+        dropout=0.0,
+        position_bias=None,
+        epsilon=1e-5,
+        **kwargs,
+    ):
+        num_heads = _checks.positive_int("num_heads", num_heads)
+        key_dim = _checks.positive_int("key_dim", key_dim)
+        position_heads = _checks.positive_int("position_heads", position_heads)
+        position_key_dim = _checks.positive_int(
+            "position_key_dim", position_key_dim, allow_none=True
+        )
+        ff_dim = _checks.positive_int("ff_dim", ff_dim, allow_none=True)
+        dropout = _checks.rate("dropout", dropout)
+        position_bias = optional_layer("position_bias", position_bias)
+        epsilon = _checks.positive_float("epsilon", epsilon)
+        super().__init__(**kwargs)
+        self.num_heads = num_heads
+        self.key_dim = key_dim
+        self.position_heads = position_heads
+        self.position_key_dim = position_key_dim
+        self.ff_dim = ff_dim
+        self.dropout = dropout
+        self.position_bias = position_bias
+        self.epsilon = epsilon
+        self.supports_masking = True
+
+    def build(self, input_shape):
+        width = input_shape[-1]
+        if width is None:
+            raise ValueError(
+                "The last axis of the input must be known. "
+                f"Received: input_shape={input_shape}"
+            )
+        bias = self.position_bias or RelativePositionBias(
+            self.position_heads, name="position_bias"
+        )
+        self.attention = RelativeMultiHeadAttention(
+            self.num_heads, self.key_dim, dropout=self.dropout, name="attention"
+        )
+        self.position_attention = RelativeMultiHeadAttention(
+            self.position_heads,
+            self.position_key_dim or self.key_dim,
+            dropout=self.dropout,
+            position_bias=bias,
+            name="position_attention",
+        )
+        self.position_hidden = keras.layers.Dense(
+            self.ff_dim or width, "relu", name="position_hidden"
+        )
+        self.position_output = keras.layers.Dense(width, name="position_output")
+        self.norm = LayerNorm(self.epsilon, name="norm")
+        hidden_shape = tuple(input_shape[:-1]) + (self.ff_dim or width,)
+        for layer, shape in (
+            (self.attention, (input_shape, input_shape)),
+            (self.position_attention, (input_shape, input_shape)),
+            (self.position_hidden, (input_shape,)),
+            (self.position_output, (hidden_shape,)),
+            (self.norm, (input_shape,)),
+        ):
+            with tf.name_scope(layer.name):
+                layer.build(*shape)
+        self.built = True
+
+    def call(
+        self,
+        inputs,
+        attention_mask=None,
+        use_causal_mask=False,
+        training=None,
+        mask=None,
+    ):
+        kwargs = dict(
+            attention_mask=attention_mask,
+            use_causal_mask=use_causal_mask,
+            training=training,
+            query_mask=mask,
+            value_mask=mask,
+        )
+        attended = self.attention(inputs, inputs, **kwargs)
+        update = self.position_update(inputs, **kwargs)
+        return self.norm(inputs + attended + update)
+
+    def compute_output_shape(self, input_shape):
+        return tuple(input_shape)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "num_heads": self.num_heads,
+                "key_dim": self.key_dim,
+                "position_heads": self.position_heads,
+                "position_key_dim": self.position_key_dim,
+                "ff_dim": self.ff_dim,
+                "dropout": self.dropout,
+                "position_bias": None
+                if self.position_bias is None
+                else keras.layers.serialize(self.position_bias),
+                "epsilon": self.epsilon,
+            }
+        )
+        return config
+
+    def position_update(self, inputs, **attention_kwargs):
+        """`PositionUpdate(x)`: narrow relative attention, then feed-forward."""
+        attended = self.position_attention(inputs, inputs, **attention_kwargs)
+        return self.position_output(self.position_hidden(attended))

@@ -1,0 +1,29 @@
+import numpy as np
+import pytest
+import tensorflow as tf
+from layer_checks import check_layer
+
+from keras_posenc import LayerNorm
+
+
+def test_layer_checks(tmp_path):
+    x = np.random.normal(size=(3, 4, 6)).astype("float32")
+    check_layer(lambda: LayerNorm(epsilon=1e-3), x, tmp_path)
+
+
+def test_equals_the_layer_norm_formula():
+    x = np.random.normal(3.0, 2.0, size=(2, 5, 7)).astype("float32")
+    mean = x.mean(-1, keepdims=True)
+    want = (x - mean) / np.sqrt(x.var(-1, keepdims=True) + 1e-5)
+    np.testing.assert_allclose(LayerNorm()(x).numpy(), want, atol=1e-5)
+
+
+def test_equals_keras_layer_normalization():
+    x = np.random.normal(size=(2, 5, 7)).astype("float32")
+    keras_ln = tf.keras.layers.LayerNormalization(epsilon=1e-5)
+    np.testing.assert_allclose(LayerNorm()(x).numpy(), keras_ln(x).numpy(), atol=1e-5)
+
+
+def test_rejects_bad_epsilon():
+    with pytest.raises(ValueError, match="`epsilon` must be a finite number > 0"):
+        LayerNorm(epsilon=0.0)
