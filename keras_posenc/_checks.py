@@ -57,3 +57,13 @@ def choice(name, value, allowed):
 def fail(name, expectation, value, fix=None, error=ValueError):
     """Raises the standard message for an argument that fails a custom check."""
     _fail(name, expectation, value, fix=fix, error=error)
+
+
+def known_width(shape, name="input"):
+    """The last axis of `shape`, which must be known to build weights."""
+    width = shape[-1]
+    if width is None:
+        raise ValueError(
+            f"The last axis of the {name} must be known. Received: shape={shape}"
+        )
+    return width

@@ -44,3 +44,9 @@ def incoming_mask(tensor, explicit):
     if explicit is not None:
         return explicit
     return getattr(tensor, "_keras_mask", None)
+
+
+def build_sublayer(layer, *shapes):
+    """Builds `layer` under its own name scope (unique weight names in Keras 2)."""
+    with tf.name_scope(layer.name):
+        layer.build(*shapes)

@@ -139,6 +139,12 @@ def alibi_bias(relative_position, num_heads, bidirectional=True):
     return -(left_slope[:, None, None] * before + right_slope[:, None, None] * after)
 
 
+def heads_first(bias):
+    """`(..., T, S, N)` -> `(..., N, T, S)`."""
+    rank = bias.shape.rank
+    return tf.transpose(bias, list(range(rank - 3)) + [rank - 1, rank - 3, rank - 2])
+
+
 def causal_mask(query_length, key_length):
     """Boolean `(T, S)` mask, True where key `j <= i` (Keras' `tril` convention).
 

@@ -2,8 +2,8 @@
 
 import tensorflow as tf
 
-from keras_posenc import _checks
-from keras_posenc._compat import dim, keras, register
+from keras_posenc import _checks, ops
+from keras_posenc._compat import build_sublayer, dim, keras, register
 from keras_posenc.layers._positions import query_positions
 
 
@@ -97,8 +97,7 @@ class DynamicPositionBias(keras.layers.Layer):
                 dtype="float32",
                 name=f"mlp_{index}",
             )
-            with tf.name_scope(layer.name):
-                layer.build((None, width))
+            build_sublayer(layer, (None, width))
             width = self.hidden_dim
             self.mlp.append(layer)
         self.built = True
@@ -158,16 +157,14 @@ class DynamicPositionBias(keras.layers.Layer):
         distinct -= tf.cast(start_index, tf.float32)
         table = self.heads_for(distinct[:, None])  # (T + S - 1, N)
         index = tf.range(s)[None, :] - tf.range(t)[:, None] + (t - 1)  # (T, S)
-        return tf.transpose(tf.gather(table, index), [2, 0, 1])  # (N, T, S)
+        return ops.heads_first(tf.gather(table, index))  # (N, T, S)
 
     def _bias_on_grid(self, query, key, start_index, positions, key_positions):
         q = self._coordinates(query, start_index, positions)  # (..., T, C)
         k = self._coordinates(key, 0, key_positions)  # (..., S, C)
         relative = k[..., None, :, :] - q[..., :, None, :]  # (..., T, S, C)
         bias = self.heads_for(relative)  # (..., T, S, N)
-        rank = bias.shape.rank
-        perm = list(range(rank - 3)) + [rank - 1, rank - 3, rank - 2]
-        return tf.transpose(bias, perm)  # (..., N, T, S)
+        return ops.heads_first(bias)  # (..., N, T, S)
 
     def _coordinates(self, tensor, start_index, positions):
         if self.coordinate_dim == 1:

@@ -3,7 +3,7 @@
 import tensorflow as tf
 
 from keras_posenc import _checks, ops
-from keras_posenc._compat import dim, keras, register
+from keras_posenc._compat import build_sublayer, dim, keras, register
 
 
 @register
@@ -68,20 +68,14 @@ class GatedPositionFusion(keras.layers.Layer):
         self.supports_masking = True
 
     def build(self, abs_pos_shape, rel_pos_shape=None):
-        width = abs_pos_shape[-1]
-        if width is None:
-            raise ValueError(
-                "The last axis of `abs_pos` must be known. "
-                f"Received: abs_pos_shape={abs_pos_shape}"
-            )
+        width = _checks.known_width(abs_pos_shape, "abs_pos")
         self.gate = keras.layers.Dense(
             width,
             kernel_initializer=self.kernel_initializer,
             dtype="float32",
             name="gate",
         )
-        with tf.name_scope("gate"):
-            self.gate.build(abs_pos_shape)
+        build_sublayer(self.gate, abs_pos_shape)
         if self.max_distance is not None:
             self.table = self.add_weight(
                 name="table",

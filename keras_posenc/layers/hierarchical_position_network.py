@@ -3,7 +3,7 @@
 import tensorflow as tf
 
 from keras_posenc import _checks, ops
-from keras_posenc._compat import dim, keras, register
+from keras_posenc._compat import build_sublayer, dim, keras, register
 
 FEATURES = ("sinusoid", "conv")
 
@@ -134,12 +134,12 @@ class HierarchicalPositionNetwork(keras.layers.Layer):
                 conv = keras.layers.DepthwiseConv1D(
                     self.kernel_size, padding="same", name=f"conv_{g}"
                 )
-                _build(conv, input_shape)
+                build_sublayer(conv, input_shape)
                 layers.append(conv)
             hidden_layer = keras.layers.Dense(hidden, "relu", name=f"hidden_{g}")
-            _build(hidden_layer, batch_time + (features,))
+            build_sublayer(hidden_layer, batch_time + (features,))
             output = keras.layers.Dense(self.dim, name=f"output_{g}")
-            _build(output, batch_time + (hidden,))
+            build_sublayer(output, batch_time + (hidden,))
             self.generator_layers.extend(layers + [hidden_layer, output])
         self.built = True
 
@@ -189,7 +189,3 @@ class HierarchicalPositionNetwork(keras.layers.Layer):
             _checks.fail("layer_idx", f"in [0, depth={self.depth})", layer_idx)
         return layer_idx * (self.num_generators or self.depth) // self.depth
 
-
-def _build(layer, shape):
-    with tf.name_scope(layer.name):
-        layer.build(shape)

@@ -45,12 +45,7 @@ class LayerNorm(keras.layers.Layer):
         self.supports_masking = True
 
     def build(self, input_shape):
-        width = input_shape[-1]
-        if width is None:
-            raise ValueError(
-                "The last axis of the input must be known. "
-                f"Received: input_shape={input_shape}"
-            )
+        width = _checks.known_width(input_shape)
         self.gamma = self.add_weight(name="gamma", shape=(width,), initializer="ones")
         self.beta = self.add_weight(name="beta", shape=(width,), initializer="zeros")
         self.built = True

@@ -51,12 +51,7 @@ class LearnedPositionEmbedding(keras.layers.Layer):
         self.supports_masking = True
 
     def build(self, input_shape):
-        width = input_shape[-1]
-        if width is None:
-            raise ValueError(
-                "The last axis of the input must be known. "
-                f"Received: input_shape={input_shape}"
-            )
+        width = _checks.known_width(input_shape)
         self._check_length(input_shape[1])
         self.embeddings = self.add_weight(
             name="embeddings",

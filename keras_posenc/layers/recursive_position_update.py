@@ -1,9 +1,8 @@
 """Recursive position update block: x + Attention(x) + PositionUpdate(x)."""
 
-import tensorflow as tf
 
 from keras_posenc import _checks
-from keras_posenc._compat import keras, optional_layer, register
+from keras_posenc._compat import build_sublayer, keras, optional_layer, register
 from keras_posenc.layers.layer_norm import LayerNorm
 from keras_posenc.layers.relative_multi_head_attention import (
     RelativeMultiHeadAttention,
@@ -95,12 +94,7 @@ class RecursivePositionUpdate(keras.layers.Layer):
         self.supports_masking = True
 
     def build(self, input_shape):
-        width = input_shape[-1]
-        if width is None:
-            raise ValueError(
-                "The last axis of the input must be known. "
-                f"Received: input_shape={input_shape}"
-            )
+        width = _checks.known_width(input_shape)
         bias = self.position_bias or RelativePositionBias(
             self.position_heads, name="position_bias"
         )
@@ -127,8 +121,7 @@ class RecursivePositionUpdate(keras.layers.Layer):
             (self.position_output, (hidden_shape,)),
             (self.norm, (input_shape,)),
         ):
-            with tf.name_scope(layer.name):
-                layer.build(*shape)
+            build_sublayer(layer, *shape)
         self.built = True
 
     def call(

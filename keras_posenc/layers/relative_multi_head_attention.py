@@ -6,6 +6,7 @@ import tensorflow as tf
 
 from keras_posenc import _checks, ops
 from keras_posenc._compat import (
+    build_sublayer,
     dim,
     incoming_mask,
     keras,
@@ -119,26 +120,21 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         self._dropout_layer = keras.layers.Dropout(dropout)
 
     def build(self, query_shape, value_shape=None, key_shape=None):
-        width = query_shape[-1]
-        if width is None:
-            raise ValueError(
-                "The last axis of `query` must be known. "
-                f"Received: query_shape={query_shape}"
-            )
+        width = _checks.known_width(query_shape, "query")
         heads_v = self.num_heads * (self.value_dim or self.key_dim)
         self._query_dense = self._dense(self.num_heads * self.key_dim, "query")
         self._key_dense = self._dense(self.num_heads * self.key_dim, "key")
         self._value_dense = self._dense(heads_v, "value")
         self._output_dense = self._dense(self.output_dim or width, "attention_output")
-        _build_sublayer(self._query_dense, query_shape)
+        build_sublayer(self._query_dense, query_shape)
         # Keras 2 passes only the query shape: key/value build on first call.
         if value_shape is not None:
-            _build_sublayer(self._value_dense, value_shape)
+            build_sublayer(self._value_dense, value_shape)
             key_shape = key_shape if key_shape is not None else value_shape
-            _build_sublayer(self._key_dense, key_shape)
-        _build_sublayer(self._output_dense, tuple(query_shape[:-1]) + (heads_v,))
+            build_sublayer(self._key_dense, key_shape)
+        build_sublayer(self._output_dense, tuple(query_shape[:-1]) + (heads_v,))
         if self.position_bias is not None and not self.position_bias.built:
-            _build_sublayer(self.position_bias, query_shape)
+            build_sublayer(self.position_bias, query_shape)
         self.built = True
 
     def call(
@@ -281,8 +277,3 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
             mask = merge(mask, causal_mask[None])
         return mask
 
-
-def _build_sublayer(layer, shape):
-    """Builds `layer` under its own name scope (unique weight names in Keras 2)."""
-    with tf.name_scope(layer.name):
-        layer.build(shape)

@@ -173,6 +173,4 @@ class RelativePositionBias(keras.layers.Layer):
             )
         table = tf.cast(self.table, tf.float32)  # (K, N)
         bias = tf.gather(table, index)  # (..., T, S, N)
-        rank = bias.shape.rank
-        perm = list(range(rank - 3)) + [rank - 1, rank - 3, rank - 2]
-        return tf.transpose(bias, perm)  # (..., N, T, S)
+        return ops.heads_first(bias)  # (..., N, T, S)

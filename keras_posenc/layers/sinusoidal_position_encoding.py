@@ -51,12 +51,7 @@ class SinusoidalPositionEncoding(keras.layers.Layer):
         self.supports_masking = True
 
     def call(self, inputs, start_index=0, positions=None):
-        width = inputs.shape[-1]
-        if width is None:
-            raise ValueError(
-                "The last axis of the input must be known. "
-                f"Received: inputs.shape={inputs.shape}"
-            )
+        width = _checks.known_width(inputs.shape)
         pos = query_positions(inputs, start_index, positions)
         encoding = ops.sinusoid(pos, width, self.max_wavelength)  # (T, D)/(B, T, D)
         encoding = tf.broadcast_to(encoding, tf.shape(inputs))  # (B, T, D)
