@@ -188,4 +188,3 @@ class HierarchicalPositionNetwork(keras.layers.Layer):
         if not 0 <= layer_idx < self.depth:
             _checks.fail("layer_idx", f"in [0, depth={self.depth})", layer_idx)
         return layer_idx * (self.num_generators or self.depth) // self.depth
-

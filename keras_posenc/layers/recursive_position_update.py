@@ -1,6 +1,5 @@
 """Recursive position update block: x + Attention(x) + PositionUpdate(x)."""
 
-
 from keras_posenc import _checks
 from keras_posenc._compat import build_sublayer, keras, optional_layer, register
 from keras_posenc.layers.layer_norm import LayerNorm

@@ -276,4 +276,3 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
             causal_mask = ops.causal_mask(dim(query, 1), dim(value, 1))  # (T, S)
             mask = merge(mask, causal_mask[None])
         return mask
-
