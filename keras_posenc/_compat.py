@@ -50,3 +50,8 @@ def build_sublayer(layer, *shapes):
     """Builds `layer` under its own name scope (unique weight names in Keras 2)."""
     with tf.name_scope(layer.name):
         layer.build(*shapes)
+
+
+def clone_initializer(initializer):
+    """A fresh copy: Keras 2 gives identical values from one unseeded instance."""
+    return initializer.__class__.from_config(initializer.get_config())

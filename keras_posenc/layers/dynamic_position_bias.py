@@ -3,7 +3,13 @@
 import tensorflow as tf
 
 from keras_posenc import _checks, ops
-from keras_posenc._compat import build_sublayer, dim, keras, register
+from keras_posenc._compat import (
+    build_sublayer,
+    clone_initializer,
+    dim,
+    keras,
+    register,
+)
 from keras_posenc.layers._positions import query_positions
 
 
@@ -93,7 +99,7 @@ class DynamicPositionBias(keras.layers.Layer):
             layer = keras.layers.Dense(
                 self.num_heads if last else self.hidden_dim,
                 activation=None if last else "relu",
-                kernel_initializer=self.kernel_initializer,
+                kernel_initializer=clone_initializer(self.kernel_initializer),
                 dtype="float32",
                 name=f"mlp_{index}",
             )

@@ -7,6 +7,7 @@ import tensorflow as tf
 from keras_posenc import _checks, ops
 from keras_posenc._compat import (
     build_sublayer,
+    clone_initializer,
     dim,
     incoming_mask,
     keras,
@@ -224,12 +225,8 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         return keras.layers.Dense(
             units,
             use_bias=self.use_bias,
-            kernel_initializer=self.kernel_initializer.__class__.from_config(
-                self.kernel_initializer.get_config()
-            ),
-            bias_initializer=self.bias_initializer.__class__.from_config(
-                self.bias_initializer.get_config()
-            ),
+            kernel_initializer=clone_initializer(self.kernel_initializer),
+            bias_initializer=clone_initializer(self.bias_initializer),
             dtype=self.dtype_policy,
             name=name,
         )

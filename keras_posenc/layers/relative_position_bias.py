@@ -44,8 +44,9 @@ class RelativePositionBias(keras.layers.Layer):
             distance. Defaults to `128`.
         bidirectional: bool, whether keys after the query are told apart
             from keys before it (False for causal models). Defaults to `True`.
-        initializer: str or initializer, for the learned table.
-            Defaults to `"zeros"`.
+        initializer: str or initializer, for the learned table (small random
+            values, so position matters from the first step).
+            Defaults to `"truncated_normal"`.
 
     Call arguments:
         query: tensor `(B, T, ...)`; only its length is used.
@@ -81,7 +82,7 @@ class RelativePositionBias(keras.layers.Layer):
         num_buckets=32,
         max_distance=128,
         bidirectional=True,
-        initializer="zeros",
+        initializer="truncated_normal",
         **kwargs,
     ):
         num_heads = _checks.positive_int("num_heads", num_heads)

@@ -1,0 +1,218 @@
+"""Functional-API builders: a Transformer encoder with any position method.
+
+Every builder returns a plain functional `keras.Model` (it saves and loads as
+`.keras` in both Keras modes) built from int8-friendly parts: Dense, ReLU,
+`keras_posenc.LayerNorm` and BATCH_MATMUL attention.
+"""
+
+from keras_posenc import _checks
+from keras_posenc._compat import keras
+from keras_posenc.layers.combined_position_input import CombinedPositionInput
+from keras_posenc.layers.dynamic_position_bias import DynamicPositionBias
+from keras_posenc.layers.gated_position_fusion import GatedPositionFusion
+from keras_posenc.layers.hierarchical_position_network import (
+    HierarchicalPositionNetwork,
+)
+from keras_posenc.layers.layer_norm import LayerNorm
+from keras_posenc.layers.learned_position_embedding import LearnedPositionEmbedding
+from keras_posenc.layers.recursive_position_update import RecursivePositionUpdate
+from keras_posenc.layers.relative_multi_head_attention import (
+    RelativeMultiHeadAttention,
+)
+from keras_posenc.layers.relative_position_bias import RelativePositionBias
+from keras_posenc.layers.sinusoidal_position_encoding import (
+    SinusoidalPositionEncoding,
+)
+
+#: The position methods every builder accepts as `position=`.
+POSITION_METHODS = (
+    "none",
+    "sinusoidal",
+    "learned",
+    "combined",
+    "t5",
+    "clipped",
+    "alibi",
+    "dynamic_bias",
+    "hpn",
+    "recursive",
+    "hybrid",
+    "gated",
+)
+#: Methods whose attention carries a relative bias (they extrapolate in length).
+RELATIVE_METHODS = ("t5", "clipped", "alibi", "dynamic_bias", "recursive")
+
+
+def build_encoder(
+    vocab_size=None,
+    input_dim=None,
+    sequence_length=None,
+    hidden_dim=64,
+    num_layers=2,
+    num_heads=4,
+    dropout=0.0,
+    position="t5",
+    max_length=512,
+    mask_zero=False,
+    name="encoder",
+):
+    """A Transformer encoder `(B, T) or (B, T, input_dim) -> (B, T, hidden_dim)`.
+
+    Args:
+        vocab_size: int, integer-token inputs `(B, T)` with this vocabulary;
+            exactly one of `vocab_size` and `input_dim` is given.
+        input_dim: int, feature inputs `(B, T, input_dim)`.
+        sequence_length: int or None, a fixed T (None lets relative methods
+            run on other lengths). Defaults to `None`.
+        hidden_dim: int, the model width D (divisible by `num_heads`).
+            Defaults to `64`.
+        num_layers: int, the number of Transformer layers. Defaults to `2`.
+        num_heads: int, attention heads N. Defaults to `4`.
+        dropout: float, dropout after attention and feed-forward.
+            Defaults to `0.0`.
+        position: str, one of `POSITION_METHODS`. Defaults to `"t5"`.
+        max_length: int, the table size of `"learned"`; `"clipped"` and
+            `"gated"` clip distances at `min(max_length, 32)`.
+            Defaults to `512`.
+        mask_zero: bool, token 0 is padding (a Keras mask). Defaults to `False`.
+        name: str, the model name. Defaults to `"encoder"`.
+
+    Returns:
+        A functional `keras.Model`.
+    """
+    _checks.choice("position", position, POSITION_METHODS)
+    if (vocab_size is None) == (input_dim is None):
+        _checks.fail(
+            "vocab_size",
+            "given, or input_dim given, but not both",
+            vocab_size,
+            fix=f"Received input_dim={input_dim!r} too",
+        )
+    hidden_dim = _checks.positive_int("hidden_dim", hidden_dim)
+    num_layers = _checks.positive_int("num_layers", num_layers)
+    num_heads = _checks.positive_int("num_heads", num_heads)
+    if hidden_dim % num_heads:
+        _checks.fail("hidden_dim", f"divisible by num_heads={num_heads}", hidden_dim)
+    sequence_length = _checks.positive_int("sequence_length", sequence_length, True)
+    dropout = _checks.rate("dropout", dropout)
+    max_length = _checks.positive_int("max_length", max_length)
+    if position == "learned" and sequence_length and sequence_length > max_length:
+        _checks.fail(
+            "max_length",
+            f">= sequence_length={sequence_length} for position='learned'",
+            max_length,
+            fix="Use a relative method such as position='t5' for long sequences",
+        )
+
+    if vocab_size is not None:
+        vocab_size = _checks.positive_int("vocab_size", vocab_size)
+        inputs = keras.Input((sequence_length,), dtype="int32", name="tokens")
+        x = keras.layers.Embedding(vocab_size, hidden_dim, mask_zero=mask_zero)(inputs)
+    else:
+        input_dim = _checks.positive_int("input_dim", input_dim)
+        inputs = keras.Input((sequence_length, input_dim), name="features")
+        x = keras.layers.Dense(hidden_dim, name="input_projection")(inputs)
+    x = _add_input_positions(x, position, max_length)
+    x = LayerNorm(name="embedding_norm")(x)
+
+    key_dim = hidden_dim // num_heads
+    hpn = None
+    if position in ("hpn", "hybrid"):
+        depth = num_layers if position == "hpn" else max(1, num_layers - 1)
+        features = "sinusoid" if position == "hpn" else "conv"
+        hpn = HierarchicalPositionNetwork(
+            hidden_dim, depth, position_features=features, name="position_network"
+        )
+    for index in range(num_layers):
+        if hpn is not None and (position == "hpn" or index > 0 or num_layers == 1):
+            x = hpn(x, index if position == "hpn" else max(0, index - 1))
+        if position == "recursive":
+            x = RecursivePositionUpdate(
+                num_heads, key_dim, dropout=dropout, name=f"recursive_{index}"
+            )(x)
+        else:
+            attention = RelativeMultiHeadAttention(
+                num_heads,
+                key_dim,
+                output_dim=hidden_dim,
+                position_bias=_bias(position, num_heads, max_length, index),
+                name=f"attention_{index}",
+            )
+            query = x
+            if position == "combined" and index == 0:
+                # The joint position-content input of the design document.
+                positions = SinusoidalPositionEncoding(name="combined_positions")(x)
+                query = CombinedPositionInput(name="combined_input")(x, positions)
+            attended = keras.layers.Dropout(dropout)(attention(query, query))
+            x = LayerNorm(name=f"attention_norm_{index}")(_add(x, attended))
+        x = _feed_forward(x, hidden_dim, dropout, index)
+    return keras.Model(inputs, x, name=name)
+
+
+def build_classifier(num_classes, **encoder_kwargs):
+    """An encoder, mean pooling over (unmasked) tokens, and class logits.
+
+    Args:
+        num_classes: int, the number of classes.
+        **encoder_kwargs: the arguments of `build_encoder`.
+
+    Returns:
+        A functional `keras.Model` returning logits `(B, num_classes)`.
+    """
+    num_classes = _checks.positive_int("num_classes", num_classes)
+    encoder = build_encoder(**encoder_kwargs)
+    pooled = keras.layers.GlobalAveragePooling1D(name="pool")(encoder.output)
+    logits = keras.layers.Dense(num_classes, name="logits")(pooled)
+    return keras.Model(encoder.input, logits, name="classifier")
+
+
+def build_token_classifier(num_classes, **encoder_kwargs):
+    """An encoder and per-token class logits `(B, T, num_classes)`.
+
+    Args:
+        num_classes: int, the number of classes.
+        **encoder_kwargs: the arguments of `build_encoder`.
+
+    Returns:
+        A functional `keras.Model`.
+    """
+    num_classes = _checks.positive_int("num_classes", num_classes)
+    encoder = build_encoder(**encoder_kwargs)
+    logits = keras.layers.Dense(num_classes, name="logits")(encoder.output)
+    return keras.Model(encoder.input, logits, name="token_classifier")
+
+
+def _add_input_positions(x, position, max_length):
+    if position in ("sinusoidal", "hybrid"):
+        return _add(x, SinusoidalPositionEncoding(name="sinusoidal_positions")(x))
+    if position == "learned":
+        table = LearnedPositionEmbedding(max_length, name="learned_positions")
+        return _add(x, table(x))
+    if position == "gated":
+        absolute = SinusoidalPositionEncoding(name="gated_absolute")(x)
+        fused = GatedPositionFusion(min(max_length, 32), name="gated_fusion")(absolute)
+        return _add(x, fused)
+    return x
+
+
+def _bias(position, num_heads, max_length, index):
+    if position in ("t5", "clipped", "alibi"):
+        distance = 128 if position == "t5" else min(max_length, 32)
+        return RelativePositionBias(
+            num_heads, mode=position, max_distance=distance, name=f"bias_{index}"
+        )
+    if position == "dynamic_bias":
+        return DynamicPositionBias(num_heads, name=f"dynamic_bias_{index}")
+    return None
+
+
+def _feed_forward(x, hidden_dim, dropout, index):
+    h = keras.layers.Dense(2 * hidden_dim, "relu", name=f"ffn_hidden_{index}")(x)
+    h = keras.layers.Dense(hidden_dim, name=f"ffn_output_{index}")(h)
+    h = keras.layers.Dropout(dropout)(h)
+    return LayerNorm(name=f"ffn_norm_{index}")(_add(x, h))
+
+
+def _add(*tensors):
+    # A layer, not `+`: `+` on symbolic tensors drops the Keras mask.
+    return keras.layers.Add()(list(tensors))

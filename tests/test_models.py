@@ -1,0 +1,94 @@
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_posenc import models
+
+keras = tf.keras
+SMALL = dict(hidden_dim=8, num_heads=2, num_layers=2, max_length=16)
+
+
+def _compile(model):
+    model.compile(
+        keras.optimizers.Adam(1e-3),
+        keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+    )
+    return model
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("position", models.POSITION_METHODS)
+def test_every_method_builds_fits_saves_and_reloads(position, tmp_path):
+    model = models.build_classifier(3, vocab_size=10, position=position, **SMALL)
+    _compile(model)
+    x = np.random.randint(0, 10, size=(16, 12))
+    y = np.random.randint(0, 3, size=16)
+    history = model.fit(x, y, epochs=1, batch_size=8, verbose=0)
+    assert np.isfinite(history.history["loss"][0])
+    model.save(tmp_path / "model.keras")
+    loaded = keras.models.load_model(tmp_path / "model.keras")
+    np.testing.assert_allclose(loaded(x).numpy(), model(x).numpy(), atol=1e-6)
+
+
+@pytest.mark.parametrize("position", models.POSITION_METHODS)
+def test_only_none_is_blind_to_token_order(position):
+    keras.utils.set_random_seed(2)
+    model = models.build_token_classifier(4, vocab_size=10, position=position, **SMALL)
+    x = np.random.randint(1, 10, size=(2, 9))
+    perm = np.random.default_rng(0).permutation(9)
+    permuted_then_run = model(x[:, perm]).numpy()
+    run_then_permuted = model(x).numpy()[:, perm]
+    equivariant = np.allclose(permuted_then_run, run_then_permuted, atol=1e-5)
+    assert equivariant == (position == "none")
+
+
+@pytest.mark.parametrize("position", models.RELATIVE_METHODS)
+def test_relative_methods_run_longer_than_trained(position):
+    model = models.build_token_classifier(2, vocab_size=10, position=position, **SMALL)
+    assert model(np.ones((1, 8))).shape == (1, 8, 2)
+    assert model(np.ones((1, 64))).shape == (1, 64, 2)
+
+
+def test_feature_inputs_and_fixed_length():
+    model = models.build_classifier(
+        5, input_dim=3, sequence_length=7, position="alibi", **SMALL
+    )
+    assert tuple(model.input.shape) == (None, 7, 3)
+    assert model(np.zeros((2, 7, 3), "float32")).shape == (2, 5)
+
+
+def test_padding_is_masked_when_mask_zero():
+    model = models.build_token_classifier(
+        3, vocab_size=10, position="t5", mask_zero=True, **SMALL
+    )
+    short = model(np.array([[4, 5, 6]])).numpy()
+    long = model(np.array([[4, 5, 6, 0, 0]])).numpy()
+    np.testing.assert_allclose(long[:, :3], short, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "kwargs,error,match",
+    [
+        ({"position": "rope"}, ValueError, "`position` must be one of"),
+        ({"input_dim": 3}, ValueError, "`vocab_size` must be given, or input_dim"),
+        ({"vocab_size": None}, ValueError, "`vocab_size` must be given, or input_dim"),
+        ({"hidden_dim": 10}, ValueError, "`hidden_dim` must be divisible by"),
+        ({"sequence_length": 0}, ValueError, "`sequence_length` must be an integer"),
+        ({"dropout": 1.5}, ValueError, "`dropout` must be a number in"),
+        (
+            {"position": "learned", "sequence_length": 40, "max_length": 16},
+            ValueError,
+            "Use a relative method",
+        ),
+    ],
+)
+def test_rejects_bad_arguments(kwargs, error, match):
+    args = {"vocab_size": 10, "hidden_dim": 8, "num_heads": 4}
+    args.update(kwargs)
+    with pytest.raises(error, match=match):
+        models.build_encoder(**args)
+
+
+def test_rejects_bad_num_classes():
+    with pytest.raises(ValueError, match="`num_classes` must be an integer >= 1"):
+        models.build_classifier(0, vocab_size=10)
