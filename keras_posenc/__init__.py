@@ -24,6 +24,7 @@ from keras_posenc.layers.relative_position_bias import RelativePositionBias
 from keras_posenc.layers.sinusoidal_position_encoding import (
     SinusoidalPositionEncoding,
 )
+from keras_posenc.layers.token_embedding import TokenEmbedding
 
 __version__ = "0.1.0"
 
@@ -39,6 +40,7 @@ __all__ = [
     "RelativeMultiHeadAttention",
     "RelativePositionBias",
     "SinusoidalPositionEncoding",
+    "TokenEmbedding",
     "combined_attention_input",
     "gated_position_fusion",
     "ops",

@@ -55,3 +55,10 @@ def build_sublayer(layer, *shapes):
 def clone_initializer(initializer):
     """A fresh copy: Keras 2 gives identical values from one unseeded instance."""
     return initializer.__class__.from_config(initializer.get_config())
+
+
+def not_equal(x, value):
+    """Elementwise `x != value` on eager, graph or Keras 3 symbolic tensors."""
+    if IS_KERAS_3:
+        return keras.ops.not_equal(x, value)
+    return tf.not_equal(x, value)

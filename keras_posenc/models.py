@@ -23,6 +23,7 @@ from keras_posenc.layers.relative_position_bias import RelativePositionBias
 from keras_posenc.layers.sinusoidal_position_encoding import (
     SinusoidalPositionEncoding,
 )
+from keras_posenc.layers.token_embedding import TokenEmbedding
 
 #: The position methods every builder accepts as `position=`.
 POSITION_METHODS = (
@@ -107,7 +108,7 @@ def build_encoder(
     if vocab_size is not None:
         vocab_size = _checks.positive_int("vocab_size", vocab_size)
         inputs = keras.Input((sequence_length,), dtype="int32", name="tokens")
-        x = keras.layers.Embedding(vocab_size, hidden_dim, mask_zero=mask_zero)(inputs)
+        x = TokenEmbedding(vocab_size, hidden_dim, mask_zero, name="embedding")(inputs)
     else:
         input_dim = _checks.positive_int("input_dim", input_dim)
         inputs = keras.Input((sequence_length, input_dim), name="features")
@@ -143,7 +144,7 @@ def build_encoder(
                 # The joint position-content input of the design document.
                 positions = SinusoidalPositionEncoding(name="combined_positions")(x)
                 query = CombinedPositionInput(name="combined_input")(x, positions)
-            attended = keras.layers.Dropout(dropout)(attention(query, query))
+            attended = keras.layers.Dropout(dropout)(attention(query))
             x = LayerNorm(name=f"attention_norm_{index}")(_add(x, attended))
         x = _feed_forward(x, hidden_dim, dropout, index)
     return keras.Model(inputs, x, name=name)

@@ -90,6 +90,8 @@ def _example_instance(cls):
         "depth": 2,
         "hidden_dim": 8,
         "num_classes": 3,
+        "vocab_size": 10,
+        "output_dim": 4,
     }
     params = inspect.signature(cls.__init__).parameters
     kwargs = {

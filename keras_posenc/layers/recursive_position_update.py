@@ -138,7 +138,7 @@ class RecursivePositionUpdate(keras.layers.Layer):
             query_mask=mask,
             value_mask=mask,
         )
-        attended = self.attention(inputs, inputs, **kwargs)
+        attended = self.attention(inputs, **kwargs)
         update = self.position_update(inputs, **kwargs)
         return self.norm(inputs + attended + update)
 
@@ -165,5 +165,5 @@ class RecursivePositionUpdate(keras.layers.Layer):
 
     def position_update(self, inputs, **attention_kwargs):
         """`PositionUpdate(x)`: narrow relative attention, then feed-forward."""
-        attended = self.position_attention(inputs, inputs, **attention_kwargs)
+        attended = self.position_attention(inputs, **attention_kwargs)
         return self.position_output(self.position_hidden(attended))

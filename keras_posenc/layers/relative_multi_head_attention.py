@@ -6,6 +6,7 @@ import tensorflow as tf
 
 from keras_posenc import _checks, ops
 from keras_posenc._compat import (
+    IS_KERAS_3,
     build_sublayer,
     clone_initializer,
     dim,
@@ -56,7 +57,8 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
 
     Call arguments:
         query: tensor `(B, T, Dq)`.
-        value: tensor `(B, S, Dv)`.
+        value: optional tensor `(B, S, Dv)`; defaults to `query`
+            (self-attention, also the form quantization-aware training wraps).
         key: optional tensor `(B, S, Dk)`; defaults to `value`.
         attention_mask: optional boolean `(B, T, S)`; True where attention is
             allowed.
@@ -128,6 +130,8 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         self._value_dense = self._dense(heads_v, "value")
         self._output_dense = self._dense(self.output_dim or width, "attention_output")
         build_sublayer(self._query_dense, query_shape)
+        if value_shape is None and IS_KERAS_3:
+            value_shape = query_shape  # Keras 3 passes it unless self-attention
         # Keras 2 passes only the query shape: key/value build on first call.
         if value_shape is not None:
             build_sublayer(self._value_dense, value_shape)
@@ -141,7 +145,7 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
     def call(
         self,
         query,
-        value,
+        value=None,
         key=None,
         attention_mask=None,
         attention_bias=None,
@@ -152,8 +156,9 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         value_mask=None,
         key_mask=None,
     ):
-        # Keras 2 converts only the first positional argument.
-        value = tf.convert_to_tensor(value)
+        # Self-attention when `value` is omitted. Keras 2 converts only the
+        # first positional argument.
+        value = query if value is None else tf.convert_to_tensor(value)
         key = value if key is None else tf.convert_to_tensor(key)
         self._check_lengths(query, value, key)
         mask = self._combined_mask(
@@ -189,7 +194,7 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         return tuple(query_shape[:-1]) + (self.output_dim or query_shape[-1],)
 
     def compute_output_spec(
-        self, query, value, key=None, return_attention_scores=False, **kwargs
+        self, query, value=None, key=None, return_attention_scores=False, **kwargs
     ):
         # Keras 3 only: the symbolic output, including the optional scores.
         output = keras.KerasTensor(
@@ -197,7 +202,8 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         )
         if not return_attention_scores:
             return output
-        scores_shape = (query.shape[0], self.num_heads, query.shape[1], value.shape[1])
+        keys = (query if value is None else value).shape[1]
+        scores_shape = (query.shape[0], self.num_heads, query.shape[1], keys)
         return output, keras.KerasTensor(scores_shape, dtype=self.compute_dtype)
 
     def get_config(self):

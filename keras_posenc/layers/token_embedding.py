@@ -1,0 +1,93 @@
+"""Token embedding that exports to a plain GATHER (microcontroller friendly)."""
+
+import tensorflow as tf
+
+from keras_posenc import _checks
+from keras_posenc._compat import keras, not_equal, register
+
+
+@register
+class TokenEmbedding(keras.layers.Layer):
+    """Token embedding `E[ids]`: integer ids `(B, T)` to vectors `(B, T, D)`.
+
+    The same as `keras.layers.Embedding`, built on `tf.gather` alone. Keras
+    3's `Embedding` remaps negative ids with LESS and SELECT ops, which TFLM
+    does not have, so a model using it cannot run on a microcontroller; this
+    layer exports to a single GATHER. With `mask_zero`, id 0 is padding and
+    produces a Keras mask.
+
+    Args:
+        vocab_size: int, the number of token ids.
+        output_dim: int, the embedding width D.
+        mask_zero: bool, whether id 0 is padding. Defaults to `False`.
+        embeddings_initializer: str or initializer. Defaults to `"uniform"`.
+
+    Call arguments:
+        inputs: integer tensor `(B, T)` of ids in `[0, vocab_size)`.
+
+    Returns:
+        A `(B, T, D)` tensor.
+
+    Example:
+
+    >>> import numpy as np
+    >>> import keras_posenc
+    >>> layer = keras_posenc.TokenEmbedding(vocab_size=10, output_dim=4)
+    >>> layer(np.array([[1, 2, 3]])).shape
+    TensorShape([1, 3, 4])
+
+    References:
+        - [Mikolov et al., 2013](https://arxiv.org/abs/1301.3781)
+    """
+
+    def __init__(
+        self,
+        vocab_size,
+        output_dim,
+        mask_zero=False,
+        embeddings_initializer="uniform",
+        **kwargs,
+    ):
+        vocab_size = _checks.positive_int("vocab_size", vocab_size)
+        output_dim = _checks.positive_int("output_dim", output_dim)
+        mask_zero = _checks.boolean("mask_zero", mask_zero)
+        super().__init__(**kwargs)
+        self.vocab_size = vocab_size
+        self.output_dim = output_dim
+        self.mask_zero = mask_zero
+        self.embeddings_initializer = keras.initializers.get(embeddings_initializer)
+        self.supports_masking = mask_zero
+
+    def build(self, input_shape=None):
+        self.embeddings = self.add_weight(
+            name="embeddings",
+            shape=(self.vocab_size, self.output_dim),
+            initializer=self.embeddings_initializer,
+        )
+        self.built = True
+
+    def call(self, inputs):
+        ids = tf.cast(inputs, tf.int32)
+        return tf.cast(tf.gather(self.embeddings, ids), self.compute_dtype)
+
+    def compute_output_shape(self, input_shape):
+        return tuple(input_shape) + (self.output_dim,)
+
+    def compute_mask(self, inputs, mask=None):
+        if not self.mask_zero:
+            return None
+        return not_equal(inputs, 0)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "vocab_size": self.vocab_size,
+                "output_dim": self.output_dim,
+                "mask_zero": self.mask_zero,
+                "embeddings_initializer": keras.initializers.serialize(
+                    self.embeddings_initializer
+                ),
+            }
+        )
+        return config

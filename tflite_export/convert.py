@@ -1,0 +1,177 @@
+"""Conversion of keras_posenc models to full-int8, 16x8 or float32 TFLite."""
+
+import numpy as np
+import tensorflow as tf
+
+from keras_posenc._compat import IS_KERAS_3, keras
+
+#: Conversion modes: int8 kernels and activations, int16 activations with int8
+#: weights, or the float32 reference.
+MODES = ("int8", "int16x8", "float32")
+#: How many representative examples calibrate the activation ranges.
+CALIBRATION_EXAMPLES = 200
+
+
+INT16X8_OPS = tf.lite.OpsSet.EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8
+
+
+class ExportError(ValueError):
+    """A model or input that cannot be exported, with the reason."""
+
+
+def convert(model, representative_data, mode="int8", sequence_length=None):
+    """Converts a Keras model to TFLite bytes with builtin ops only.
+
+    The batch is fixed to 1 and the sequence length to `sequence_length` (or
+    the model's, or the representative data's), so the graph has static
+    shapes: no SHAPE/REDUCE_PROD/PACK ops that break microcontrollers. In
+    `"int8"` mode kernels and activations are int8, float inputs and outputs
+    are int8 and integer token ids stay int32; only `TFLITE_BUILTINS_INT8` ops
+    are allowed, never SELECT_TF_OPS. Models that cannot run on a
+    microcontroller are refused before converting (`microcontroller_blockers`).
+
+    Args:
+        model: a `keras.Model` with one input (float or QAT).
+        representative_data: array `(N, T)` of token ids or `(N, T, F)` of
+            features, used to calibrate activation ranges.
+        mode: one of `MODES`.
+        sequence_length: int or None, the fixed T.
+
+    Returns:
+        The `.tflite` model as bytes.
+    """
+    if mode not in MODES:
+        raise ValueError(f"`mode` must be one of {MODES}. Received: mode={mode!r}")
+    if not isinstance(model, keras.Model):
+        raise TypeError(f"`model` must be a keras.Model. Received: model={model!r}")
+    data = check_representative_data(model, representative_data, sequence_length)
+    blockers = microcontroller_blockers(model)
+    if blockers:
+        raise ExportError(
+            "The model is not microcontroller-ready: "
+            + "; ".join(f"{name}: {reason}" for name, reason in blockers)
+        )
+    static = static_model(model, data.shape[1:], data.dtype)
+    converter = tf.lite.TFLiteConverter.from_keras_model(static)
+    if mode != "float32":
+        converter.optimizations = [tf.lite.Optimize.DEFAULT]
+        converter.representative_dataset = _calibration(data)
+        if mode == "int8":
+            ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+            io_type = tf.int8
+        else:
+            ops = [INT16X8_OPS]
+            io_type = tf.int16
+        converter.target_spec.supported_ops = ops
+        converter.inference_input_type = io_type if data.dtype.kind == "f" else tf.int32
+        converter.inference_output_type = io_type
+    try:
+        return converter.convert()
+    except Exception as error:  # the converter raises many private types
+        message = f"TFLite conversion failed in mode={mode!r}: {error}"
+        raise ExportError(message) from error
+
+
+def check_representative_data(model, data, sequence_length=None):
+    """The calibration array, checked against the model's one input."""
+    if len(model.inputs) != 1:
+        raise ExportError(
+            f"`model` must have exactly one input. Received: {len(model.inputs)}"
+        )
+    spec = model.inputs[0]
+    expected = tuple(spec.shape[1:])
+    data = np.asarray(data)
+    if data.ndim != len(expected) + 1 or len(data) == 0:
+        raise ExportError(
+            f"`representative_data` must have shape (N, *{expected}) with N >= 1. "
+            f"Received: shape={data.shape}"
+        )
+    if sequence_length is not None:
+        data = _fit_length(data, sequence_length)
+    for axis, (want, got) in enumerate(zip(expected, data.shape[1:]), start=1):
+        if want is not None and want != got:
+            raise ExportError(
+                f"`representative_data` axis {axis} must be {want}. "
+                f"Received: shape={data.shape}"
+            )
+    if tf.as_dtype(spec.dtype).is_integer:
+        if data.dtype.kind not in "iu":
+            raise ExportError(
+                "`representative_data` must hold integer token ids for this model. "
+                f"Received: dtype={data.dtype}"
+            )
+        return data.astype(np.int32)
+    if data.dtype.kind not in "fiu":
+        raise ExportError(
+            f"`representative_data` must be numeric. Received: dtype={data.dtype}"
+        )
+    return data.astype(np.float32)
+
+
+def static_model(model, input_shape, dtype):
+    """`model` behind an input with batch 1 and a fixed length."""
+    inputs = keras.Input(tuple(input_shape), batch_size=1, dtype=np.dtype(dtype).name)
+    return keras.Model(inputs, model(inputs), name=f"{model.name}_static")
+
+
+def microcontroller_blockers(model):
+    """`[(layer name, reason)]` for layers that cannot run in TFLM at int8."""
+    blockers = []
+    for layer in _all_layers(model):
+        config = layer.get_config() if hasattr(layer, "get_config") else {}
+        if IS_KERAS_3 and type(layer).__name__ == "Embedding":
+            blockers.append(
+                (
+                    layer.name,
+                    "Keras 3 Embedding remaps negative ids with LESS/SELECT, which "
+                    "TFLM lacks; use keras_posenc.TokenEmbedding",
+                )
+            )
+        if "gelu" in str(config.get("activation", "")):
+            blockers.append(
+                (
+                    layer.name,
+                    "GELU becomes the builtin GELU op, which TFLM lacks; use relu "
+                    "or x * sigmoid(1.702 x)",
+                )
+            )
+        if type(layer).__name__ == "LayerNormalization":
+            blockers.append(
+                (
+                    layer.name,
+                    "Keras LayerNormalization is not pure int8 (a float NEG island, "
+                    "and it aborts in 16x8); use keras_posenc.LayerNorm",
+                )
+            )
+    return blockers
+
+
+def _all_layers(model):
+    stack = list(model.layers)
+    while stack:
+        layer = stack.pop()
+        yield layer
+        if isinstance(layer, keras.Model):
+            stack.extend(layer.layers)
+        else:
+            stack.extend(
+                value
+                for value in vars(layer).values()
+                if isinstance(value, keras.layers.Layer)
+            )
+
+
+def _calibration(data):
+    def generator():
+        for example in data[:CALIBRATION_EXAMPLES]:
+            yield [example[None]]
+
+    return generator
+
+
+def _fit_length(data, length):
+    """Crops or zero-pads axis 1 of `data` to `length`."""
+    if data.shape[1] >= length:
+        return data[:, :length]
+    pad = [(0, 0), (0, length - data.shape[1])] + [(0, 0)] * (data.ndim - 2)
+    return np.pad(data, pad)
