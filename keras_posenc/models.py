@@ -55,6 +55,7 @@ def build_encoder(
     position="t5",
     max_length=512,
     mask_zero=False,
+    grid_shape=None,
     name="encoder",
 ):
     """A Transformer encoder `(B, T) or (B, T, input_dim) -> (B, T, hidden_dim)`.
@@ -76,6 +77,8 @@ def build_encoder(
             `"gated"` clip distances at `min(max_length, 32)`.
             Defaults to `512`.
         mask_zero: bool, token 0 is padding (a Keras mask). Defaults to `False`.
+        grid_shape: tuple, e.g. `(rows, cols)`: the sequence is a flattened
+            grid and `"dynamic_bias"` reads 2-D distances. Defaults to `None`.
         name: str, the model name. Defaults to `"encoder"`.
 
     Returns:
@@ -97,6 +100,8 @@ def build_encoder(
     sequence_length = _checks.positive_int("sequence_length", sequence_length, True)
     dropout = _checks.rate("dropout", dropout)
     max_length = _checks.positive_int("max_length", max_length)
+    if grid_shape is not None and position != "dynamic_bias":
+        _checks.fail("grid_shape", "None unless position='dynamic_bias'", grid_shape)
     if position == "learned" and sequence_length and sequence_length > max_length:
         _checks.fail(
             "max_length",
@@ -136,7 +141,7 @@ def build_encoder(
                 num_heads,
                 key_dim,
                 output_dim=hidden_dim,
-                position_bias=_bias(position, num_heads, max_length, index),
+                position_bias=_bias(position, num_heads, max_length, index, grid_shape),
                 name=f"attention_{index}",
             )
             query = x
@@ -196,14 +201,19 @@ def _add_input_positions(x, position, max_length):
     return x
 
 
-def _bias(position, num_heads, max_length, index):
+def _bias(position, num_heads, max_length, index, grid_shape=None):
     if position in ("t5", "clipped", "alibi"):
         distance = 128 if position == "t5" else min(max_length, 32)
         return RelativePositionBias(
             num_heads, mode=position, max_distance=distance, name=f"bias_{index}"
         )
     if position == "dynamic_bias":
-        return DynamicPositionBias(num_heads, name=f"dynamic_bias_{index}")
+        return DynamicPositionBias(
+            num_heads,
+            coordinate_dim=len(grid_shape) if grid_shape else 1,
+            grid_shape=grid_shape,
+            name=f"dynamic_bias_{index}",
+        )
     return None
 
 

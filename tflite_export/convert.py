@@ -63,7 +63,8 @@ def convert(model, representative_data, mode="int8", sequence_length=None):
             ops = [INT16X8_OPS]
             io_type = tf.int16
         converter.target_spec.supported_ops = ops
-        converter.inference_input_type = io_type if data.dtype.kind == "f" else tf.int32
+        if data.dtype.kind == "f":  # integer token ids stay int32
+            converter.inference_input_type = io_type
         converter.inference_output_type = io_type
     try:
         return converter.convert()

@@ -21,6 +21,7 @@ class Report:
     input_dtype: str
     output_dtype: str
     size_bytes: int
+    output_scale: float
     tflm_ok: bool
     tflm_missing_ops: list
     tflm_error: str = None
@@ -37,6 +38,7 @@ class Report:
             ("ops", ", ".join(self.ops)),
             ("input / output dtype", f"{self.input_dtype} / {self.output_dtype}"),
             ("size", f"{self.size_bytes} bytes"),
+            ("output scale", f"{self.output_scale:.6g}"),
             ("TFLM", "runs" if self.tflm_ok else f"FAILS: {self.tflm_error}"),
             ("TFLM missing ops", ", ".join(self.tflm_missing_ops) or "none"),
             ("TFLM arena", _maybe(self.arena_bytes, "{} bytes")),
@@ -79,6 +81,7 @@ def verify(model_bytes, keras_model=None, x=None, y=None):
         input_dtype=np.dtype(inp["dtype"]).name,
         output_dtype=np.dtype(out["dtype"]).name,
         size_bytes=len(model_bytes),
+        output_scale=float(out["quantization"][0]),
         tflm_ok=tflm_raw is not None,
         tflm_missing_ops=tflm_info["missing_ops"],
         tflm_error=tflm_info["error"],

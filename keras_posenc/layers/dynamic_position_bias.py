@@ -37,6 +37,10 @@ class DynamicPositionBias(keras.layers.Layer):
             Defaults to `True`.
         coordinate_dim: int, the size C of each position coordinate (1 for
             token indices, 2 for an image grid). Defaults to `1`.
+        grid_shape: tuple of ints, e.g. `(rows, cols)`: token `t` sits at
+            its row-major grid coordinates (a flattened image), so no
+            `positions` need be passed; its length must equal
+            `coordinate_dim`. Defaults to `None`.
         kernel_initializer: str or initializer, for the MLP kernels.
             Defaults to `"glorot_uniform"`.
 
@@ -74,6 +78,7 @@ class DynamicPositionBias(keras.layers.Layer):
         num_layers=2,
         log_distance=True,
         coordinate_dim=1,
+        grid_shape=None,
         kernel_initializer="glorot_uniform",
         **kwargs,
     ):
@@ -82,12 +87,23 @@ class DynamicPositionBias(keras.layers.Layer):
         num_layers = _checks.positive_int("num_layers", num_layers)
         log_distance = _checks.boolean("log_distance", log_distance)
         coordinate_dim = _checks.positive_int("coordinate_dim", coordinate_dim)
+        if grid_shape is not None:
+            grid_shape = tuple(
+                _checks.positive_int("grid_shape", size) for size in grid_shape
+            )
+            if len(grid_shape) != coordinate_dim:
+                _checks.fail(
+                    "grid_shape",
+                    f"of length coordinate_dim={coordinate_dim}",
+                    grid_shape,
+                )
         super().__init__(**kwargs)
         self.num_heads = num_heads
         self.hidden_dim = hidden_dim
         self.num_layers = num_layers
         self.log_distance = log_distance
         self.coordinate_dim = coordinate_dim
+        self.grid_shape = grid_shape
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.supports_masking = True
 
@@ -110,6 +126,9 @@ class DynamicPositionBias(keras.layers.Layer):
 
     def call(self, query, key=None, start_index=0, positions=None, key_positions=None):
         key = query if key is None else tf.convert_to_tensor(key)
+        if positions is None and key_positions is None and self.grid_shape:
+            positions = self._grid(dim(query, 1))
+            key_positions = self._grid(dim(key, 1))
         if positions is None and key_positions is None:
             if self.coordinate_dim != 1:
                 _checks.fail(
@@ -140,6 +159,7 @@ class DynamicPositionBias(keras.layers.Layer):
                 "num_layers": self.num_layers,
                 "log_distance": self.log_distance,
                 "coordinate_dim": self.coordinate_dim,
+                "grid_shape": self.grid_shape,
                 "kernel_initializer": keras.initializers.serialize(
                     self.kernel_initializer
                 ),
@@ -171,6 +191,15 @@ class DynamicPositionBias(keras.layers.Layer):
         relative = k[..., None, :, :] - q[..., :, None, :]  # (..., T, S, C)
         bias = self.heads_for(relative)  # (..., T, S, N)
         return ops.heads_first(bias)  # (..., N, T, S)
+
+    def _grid(self, length):
+        """Row-major coordinates `(T, C)` of the first T cells of the grid."""
+        index = tf.range(length)
+        coordinates = []
+        for size in reversed(self.grid_shape):
+            coordinates.append(index % size)
+            index //= size
+        return tf.cast(tf.stack(coordinates[::-1], axis=-1), tf.float32)
 
     def _coordinates(self, tensor, start_index, positions):
         if self.coordinate_dim == 1:

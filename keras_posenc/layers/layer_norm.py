@@ -10,12 +10,12 @@ from keras_posenc._compat import keras, register
 class LayerNorm(keras.layers.Layer):
     """Layer normalization over the last axis, microcontroller friendly.
 
-    `y = (x - mean(x)) * rsqrt(mean((x - mean(x))^2) + epsilon) * gamma + beta`,
+    `y = d * rsqrt(mean(d * d) + epsilon) * gamma + beta` with `d = x - mean(x)`,
     computed in float32 on `(..., D)` inputs and returned in the compute
     dtype. It equals `keras.layers.LayerNormalization(epsilon=epsilon)` but is
-    built from MEAN, SQUARED_DIFFERENCE, RSQRT, MUL and ADD, which convert to
-    pure int8 TFLite and run in TFLM (Keras' own layer leaves a float NEG
-    island, and tf_keras' aborts in 16x8 mode).
+    built from MEAN, SUB, MUL, RSQRT and ADD, which convert to pure int8 (and
+    16x8) TFLite and run in TFLM (Keras' own layer leaves a float NEG island,
+    and tf_keras' aborts in 16x8 mode).
 
     Args:
         epsilon: float, added to the variance. Defaults to `1e-5`.
@@ -52,9 +52,11 @@ class LayerNorm(keras.layers.Layer):
 
     def call(self, inputs):
         x = tf.cast(inputs, tf.float32)
-        mean = tf.reduce_mean(x, axis=-1, keepdims=True)
-        variance = tf.reduce_mean(tf.math.squared_difference(x, mean), -1, True)
-        y = (x - mean) * tf.math.rsqrt(variance + self.epsilon)
+        centered = x - tf.reduce_mean(x, axis=-1, keepdims=True)
+        # centered * centered, not SQUARED_DIFFERENCE: LiteRT has no int16
+        # kernel for the latter, and 16x8 export needs one.
+        variance = tf.reduce_mean(centered * centered, axis=-1, keepdims=True)
+        y = centered * tf.math.rsqrt(variance + self.epsilon)
         y = y * tf.cast(self.gamma, tf.float32) + tf.cast(self.beta, tf.float32)
         return tf.cast(y, self.compute_dtype)
 

@@ -1,0 +1,149 @@
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tflite_export
+from keras_posenc import IS_KERAS_3, models
+
+keras = tf.keras
+
+#: Ops with int8 kernels in TFLM (EDGE.md): a full-int8 export uses no other.
+TFLM_INT8_OPS = {
+    "FULLY_CONNECTED",
+    "BATCH_MATMUL",
+    "SOFTMAX",
+    "ADD",
+    "SUB",
+    "MUL",
+    "MEAN",
+    "SUM",
+    "RSQRT",
+    "SQUARED_DIFFERENCE",
+    "LOGISTIC",
+    "TANH",
+    "HARD_SWISH",
+    "RELU",
+    "CONCATENATION",
+    "TRANSPOSE",
+    "RESHAPE",
+    "SQUEEZE",
+    "EXPAND_DIMS",
+    "STRIDED_SLICE",
+    "SLICE",
+    "PACK",
+    "UNPACK",
+    "SPLIT",
+    "GATHER",
+    "SELECT_V2",
+    "CONV_2D",
+    "DEPTHWISE_CONV_2D",
+    "AVERAGE_POOL_2D",
+    "MAX_POOL_2D",
+}
+#: TFLM and LiteRT use different int8 kernels (softmax, rsqrt); their outputs
+#: agree within this many output quantization steps.
+TFLM_LITERT_STEPS = 8
+
+
+def _classifier(position, **kwargs):
+    keras.utils.set_random_seed(0)
+    args = dict(vocab_size=10, hidden_dim=16, num_heads=2, num_layers=2)
+    args.update(kwargs)
+    return models.build_classifier(3, position=position, **args)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("position", models.POSITION_METHODS)
+def test_every_method_exports_to_full_int8_and_runs_in_tflm(position):
+    model = _classifier(position)  # built with a None batch and length
+    x = np.random.default_rng(0).integers(0, 10, size=(40, 12))
+    model_bytes = tflite_export.convert(model, x, mode="int8")
+    report = tflite_export.verify(
+        model_bytes, tflite_export.static_model(model, (12,), "int32"), x[:16]
+    )
+    assert report.tflm_ok, report.tflm_error
+    assert report.tflm_missing_ops == []
+    assert set(report.ops) <= TFLM_INT8_OPS, set(report.ops) - TFLM_INT8_OPS
+    assert (report.input_dtype, report.output_dtype) == ("int32", "int8")
+    assert report.tflm_vs_litert <= TFLM_LITERT_STEPS * report.output_scale
+    assert report.arena_bytes > 0
+    assert np.isfinite(report.max_error)
+
+
+@pytest.mark.slow
+def test_float_features_get_int8_inputs_and_16x8_runs_in_tflm():
+    model = _classifier("alibi", vocab_size=None, input_dim=3)
+    x = np.random.default_rng(0).normal(size=(30, 8, 3)).astype("float32")
+    for mode, dtype in (("int8", "int8"), ("int16x8", "int16")):
+        model_bytes = tflite_export.convert(model, x, mode)
+        report = tflite_export.verify(model_bytes, None, x[:4])
+        assert (report.input_dtype, report.output_dtype) == (dtype, dtype)
+        assert report.tflm_ok, report.tflm_error
+
+
+@pytest.mark.slow
+def test_int8_is_at_most_030x_the_float32_file():
+    # Per-channel scales and tensor names cost a fixed ~30 KB, so the ratio
+    # is measured at a realistic width (about 270k weights): 0.285x.
+    model = _classifier("t5", hidden_dim=128, num_heads=4)
+    x = np.random.default_rng(0).integers(0, 10, size=(20, 16))
+    int8 = tflite_export.convert(model, x, "int8")
+    float32 = tflite_export.convert(model, x, "float32")
+    assert len(int8) <= 0.30 * len(float32), (len(int8), len(float32))
+
+
+def _model_with(layer):
+    inputs = keras.Input((6, 4))
+    return keras.Model(inputs, layer(inputs))
+
+
+@pytest.mark.parametrize(
+    "layer,match",
+    [
+        (keras.layers.Dense(4, activation="gelu"), "GELU"),
+        (keras.layers.LayerNormalization(), "keras_posenc.LayerNorm"),
+    ],
+)
+def test_refuses_what_tflm_cannot_run_before_converting(layer, match):
+    with pytest.raises(tflite_export.ExportError, match=match):
+        tflite_export.convert(_model_with(layer), np.zeros((2, 6, 4)))
+
+
+def test_refuses_keras_3_embedding_and_names_the_fix():
+    tokens = keras.Input((5,), dtype="int32")
+    model = keras.Model(tokens, keras.layers.Embedding(9, 4)(tokens))
+    blockers = tflite_export.microcontroller_blockers(model)
+    if IS_KERAS_3:
+        with pytest.raises(tflite_export.ExportError, match="TokenEmbedding"):
+            tflite_export.convert(model, np.zeros((2, 5), "int32"))
+    else:  # tf_keras' Embedding is a plain gather
+        assert blockers == []
+
+
+@pytest.mark.parametrize(
+    "data,match",
+    [
+        (np.zeros((4, 12, 2)), r"must have shape \(N, \*\(None,\)\)"),
+        (np.zeros((0, 12)), "with N >= 1"),
+        (np.zeros((4, 12), "float32"), "must hold integer token ids"),
+    ],
+)
+def test_rejects_bad_representative_data(data, match):
+    with pytest.raises(tflite_export.ExportError, match=match):
+        tflite_export.convert(_classifier("none"), data)
+
+
+def test_rejects_features_of_the_wrong_width():
+    model = _classifier("none", vocab_size=None, input_dim=3)
+    with pytest.raises(tflite_export.ExportError, match="axis 2 must be 3"):
+        tflite_export.convert(model, np.zeros((2, 8, 5), "float32"))
+
+
+def test_rejects_an_unknown_mode():
+    with pytest.raises(ValueError, match=r"`mode` must be one of \('int8'"):
+        tflite_export.convert(_classifier("none"), np.zeros((2, 4), "int32"), "int4")
+
+
+def test_rejects_what_is_not_a_model():
+    with pytest.raises(TypeError, match="`model` must be a keras.Model"):
+        tflite_export.convert("model.keras", np.zeros((2, 4), "int32"))

@@ -1,0 +1,32 @@
+"""tflite_export: QAT, full-int8 TFLite conversion, LiteRT/TFLM verification.
+
+Imports `keras_posenc`, never the reverse. TF-MOT is imported lazily by
+`quantize_aware` only (importing it switches a process to Keras 2).
+"""
+
+from tflite_export.c_array import atomic_write, c_source, write_c_array
+from tflite_export.convert import (
+    MODES,
+    ExportError,
+    convert,
+    microcontroller_blockers,
+    static_model,
+)
+from tflite_export.qat import QuantizationError, quantize_aware, quantize_scope
+from tflite_export.verify import Report, verify
+
+__all__ = [
+    "MODES",
+    "ExportError",
+    "QuantizationError",
+    "Report",
+    "atomic_write",
+    "c_source",
+    "convert",
+    "microcontroller_blockers",
+    "quantize_aware",
+    "quantize_scope",
+    "static_model",
+    "verify",
+    "write_c_array",
+]

@@ -1,0 +1,125 @@
+"""Command line: convert, verify and write a saved model.
+
+    python -m tflite_export MODEL.keras --calibration DATA.npz --out OUT.tflite \
+        [--mode int8|int16x8|float32] [--sequence-length T] [--c-array] [--force]
+
+DATA.npz holds the inputs under `x` and optionally labels under `y` (which
+turn on accuracy reporting). Everything is checked before work starts;
+nothing is written unless the model converts and runs in TFLM, and then only
+atomically (temporary file, then rename). Exit codes: 0 success, 2 bad input,
+1 a model that cannot be exported.
+"""
+
+import argparse
+import pathlib
+import sys
+
+import numpy as np
+
+BAD_INPUT, EXPORT_FAILED = 2, 1
+
+
+def parse_args(argv):
+    from tflite_export.convert import MODES
+
+    parser = argparse.ArgumentParser(prog="python -m tflite_export")
+    parser.add_argument("model", type=pathlib.Path, help="a saved .keras model")
+    parser.add_argument("--calibration", type=pathlib.Path, required=True)
+    parser.add_argument("--out", type=pathlib.Path, required=True)
+    parser.add_argument("--mode", choices=MODES, default="int8")
+    parser.add_argument("--sequence-length", type=int, default=None)
+    parser.add_argument("--c-array", action="store_true", help="also write OUT.cc")
+    parser.add_argument("--force", action="store_true", help="overwrite outputs")
+    return parser.parse_args(argv)
+
+
+def check_paths(args):
+    """Every path problem, found before anything is loaded."""
+    outputs = [args.out] + ([args.out.with_suffix(".cc")] if args.c_array else [])
+    if not args.model.is_file():
+        return f"the model file {args.model} does not exist"
+    if not args.calibration.is_file():
+        return f"the calibration file {args.calibration} does not exist"
+    for path in outputs:
+        if not path.parent.is_dir():
+            return f"the output folder {path.parent} does not exist"
+        if path.exists() and not args.force:
+            return f"{path} exists; pass --force to overwrite it"
+    return None
+
+
+def load_calibration(path):
+    """`(x, y or None)` from an .npz file with `x` and optional `y`."""
+    try:
+        data = np.load(path, allow_pickle=False)
+    except Exception as error:
+        raise ValueError(f"{path} is not a readable .npz file: {error}") from error
+    if "x" not in data.files:
+        raise ValueError(f"{path} must hold the inputs under `x`. Found: {data.files}")
+    x = data["x"]
+    y = data["y"] if "y" in data.files else None
+    if y is not None and (y.ndim != 1 or len(y) != len(x) or y.dtype.kind not in "iu"):
+        raise ValueError(
+            f"`y` must be integer labels of shape ({len(x)},). "
+            f"Received: shape={y.shape}, dtype={y.dtype}"
+        )
+    return x, y
+
+
+def load_model(path):
+    import tensorflow as tf
+
+    from keras_posenc import _compat  # registers the package's layers
+
+    try:
+        return tf.keras.models.load_model(path, compile=False)
+    except Exception as first:
+        if _compat.IS_KERAS_3:
+            raise ValueError(f"cannot load {path}: {first}") from first
+        from tflite_export.qat import quantize_scope
+
+        try:
+            with quantize_scope():  # a saved QAT model
+                return tf.keras.models.load_model(path, compile=False)
+        except Exception:
+            raise ValueError(f"cannot load {path}: {first}") from first
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    problem = check_paths(args)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return BAD_INPUT
+    import tflite_export
+    from tflite_export.convert import check_representative_data
+
+    try:
+        x, y = load_calibration(args.calibration)
+        model = load_model(args.model)
+        data = check_representative_data(model, x, args.sequence_length)
+    except (ValueError, TypeError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return BAD_INPUT
+    try:
+        model_bytes = tflite_export.convert(model, data, args.mode)
+    except tflite_export.ExportError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return EXPORT_FAILED
+    static = tflite_export.static_model(model, data.shape[1:], data.dtype)
+    report = tflite_export.verify(model_bytes, static, data, y)
+    print(report.table())
+    if not report.tflm_ok:
+        print(f"error: TFLM cannot run the model: {report.tflm_error}", file=sys.stderr)
+        return EXPORT_FAILED
+    tflite_export.atomic_write(args.out, model_bytes, force=args.force)
+    print(f"wrote {args.out} ({len(model_bytes)} bytes)")
+    if args.c_array:
+        source = args.out.with_suffix(".cc")
+        tflite_export.write_c_array(model_bytes, source, force=args.force)
+        print(f"wrote {source}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,199 @@
+"""Quantization-aware training of keras_posenc models with TF-MOT (Keras 2 only).
+
+TF-MOT is imported lazily, here only: importing it switches the process to
+Keras 2 (`TF_USE_LEGACY_KERAS=1`). Its wrapper forwards one input tensor plus
+keyword arguments, so every keras_posenc layer called that way (the builders'
+self-attention, `hpn(x, layer_idx=...)`, norms, embeddings) is wrapped with
+`PosencQuantizeConfig`: the kernels it owns, including those of nested Dense
+and convolution sublayers, are fake-quantized (int8, symmetric, per tensor)
+and its output is fake-quantized (int8, moving-average range). Layers called
+with two tensors, and the tensors computed inside `call` (logits, softmax,
+biases), get their int8 ranges from the representative data at conversion.
+"""
+
+from keras_posenc import layers as _layers_package  # noqa: F401
+from keras_posenc._compat import IS_KERAS_3, REGISTERED, keras
+
+
+class QuantizationError(RuntimeError):
+    """Quantization-aware training is unavailable in this process."""
+
+
+def quantize_aware(model):
+    """A QAT copy of `model` with fake-quantized kernels and outputs.
+
+    Args:
+        model: a float functional `keras.Model` (built by hand from the
+            package's layers, or by `keras_posenc.models`).
+
+    Returns:
+        A `keras.Model` ready for `compile` and `fit`, then for
+        `tflite_export.convert`.
+    """
+    if IS_KERAS_3:
+        raise QuantizationError(
+            "Quantization-aware training needs Keras 2: TF-MOT rejects Keras 3 "
+            "models. Set TF_USE_LEGACY_KERAS=1 before TensorFlow is imported "
+            "(for example `TF_USE_LEGACY_KERAS=1 python train.py`), or convert "
+            "the float model with post-training quantization (tflite_export.convert)"
+        )
+    if not isinstance(model, keras.Model):
+        raise TypeError(f"`model` must be a keras.Model. Received: model={model!r}")
+    tfmot = _tfmot()
+    qk = tfmot.quantization.keras
+    config_class = _config_class(qk)
+
+    def annotate(layer):
+        if _reads_integers(layer):
+            return layer  # TF-MOT would fake-quantize the int32 token ids
+        if type(layer).__name__ in REGISTERED and _single_tensor_calls(layer):
+            return qk.quantize_annotate_layer(layer, config_class())
+        if _supported_by_default(qk, layer):
+            return qk.quantize_annotate_layer(layer)
+        return layer
+
+    annotated = keras.models.clone_model(model, clone_function=annotate)
+    scope = dict(REGISTERED, PosencQuantizeConfig=config_class)
+    with qk.quantize_scope(scope):
+        return qk.quantize_apply(annotated)
+
+
+def quantize_scope():
+    """The scope that loads a saved QAT model (`with quantize_scope(): load`)."""
+    qk = _tfmot().quantization.keras
+    return qk.quantize_scope(dict(REGISTERED, PosencQuantizeConfig=_config_class(qk)))
+
+
+def weight_owners(layer):
+    """`[(owner layer, attribute)]` of the kernels QAT fake-quantizes."""
+    kinds = {
+        "Dense": "kernel",
+        "DepthwiseConv1D": "depthwise_kernel",
+        "TokenEmbedding": "embeddings",
+        "LearnedPositionEmbedding": "embeddings",
+    }
+    owners = []
+    for sublayer in _sublayers(layer):
+        attribute = kinds.get(type(sublayer).__name__)
+        if attribute is not None:
+            owners.append((sublayer, attribute))
+    return owners
+
+
+def _sublayers(layer):
+    """`layer` and every layer nested in its attributes, each once, in order."""
+    found, stack, seen = [], [layer], set()
+    while stack:
+        current = stack.pop(0)
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        found.append(current)
+        for value in vars(current).values():
+            children = value if isinstance(value, (list, tuple)) else [value]
+            stack.extend(c for c in children if isinstance(c, keras.layers.Layer))
+    return found
+
+
+def _config_class(qk):
+    quantizers = qk.quantizers
+
+    class PosencQuantizeConfig(qk.QuantizeConfig):
+        """Fake-quantizes a keras_posenc layer's kernels and its output."""
+
+        def get_weights_and_quantizers(self, layer):
+            _build_self_attention(layer)
+            kernel = quantizers.LastValueQuantizer(
+                num_bits=8, symmetric=True, narrow_range=False, per_axis=False
+            )
+            return [
+                (getattr(owner, attribute), kernel)
+                for owner, attribute in weight_owners(layer)
+                if getattr(owner, "built", False)
+            ]
+
+        def get_activations_and_quantizers(self, layer):
+            return []
+
+        def set_quantize_weights(self, layer, quantize_weights):
+            owners = [
+                (owner, attribute)
+                for owner, attribute in weight_owners(layer)
+                if getattr(owner, "built", False)
+            ]
+            for (owner, attribute), weight in zip(owners, quantize_weights):
+                setattr(owner, attribute, weight)
+
+        def set_quantize_activations(self, layer, quantize_activations):
+            return None
+
+        def get_output_quantizers(self, layer):
+            if type(layer).__name__ in ("TokenEmbedding", "LearnedPositionEmbedding"):
+                return []  # a gather keeps the table's scale
+            return [
+                quantizers.MovingAverageQuantizer(
+                    num_bits=8, symmetric=False, narrow_range=False, per_axis=False
+                )
+            ]
+
+        def get_config(self):
+            return {}
+
+    return PosencQuantizeConfig
+
+
+def _build_self_attention(layer):
+    """Builds key/value projections that Keras 2 leaves for the first call.
+
+    A wrapped attention is always called as self-attention (one tensor), so
+    its key and value projections see the query's width.
+    """
+    attentions = [
+        sublayer
+        for sublayer in _sublayers(layer)
+        if type(sublayer).__name__ == "RelativeMultiHeadAttention"
+    ]
+    for attention in attentions:
+        width = attention._query_dense.kernel.shape[0]
+        for dense in (attention._key_dense, attention._value_dense):
+            if not dense.built:
+                dense.build((None, None, width))
+
+
+def _single_tensor_calls(layer):
+    """Whether every call of `layer` in its model passed one tensor."""
+    for node in getattr(layer, "_inbound_nodes", []):
+        args = getattr(node, "call_args", ())
+        if len(args) != 1 or isinstance(args[0], (list, tuple)):
+            return False
+    return True
+
+
+def _reads_integers(layer):
+    """Whether `layer` consumes integer tensors (token ids)."""
+    for node in getattr(layer, "_inbound_nodes", []):
+        for tensor in getattr(node, "call_args", ())[:1]:
+            if getattr(tensor, "dtype", None) is not None and tensor.dtype.is_integer:
+                return True
+    return False
+
+
+def _supported_by_default(qk, layer):
+    from tensorflow_model_optimization.python.core.quantization.keras.default_8bit import (  # noqa: E501
+        default_8bit_quantize_registry as registry,
+    )
+
+    if isinstance(layer, keras.layers.InputLayer):
+        return False
+    return registry.Default8BitQuantizeRegistry().supports(layer)
+
+
+def _tfmot():
+    try:
+        import tensorflow_model_optimization as tfmot
+    except ImportError as error:  # pragma: no cover - an install problem
+        raise QuantizationError(
+            "Quantization-aware training needs tensorflow-model-optimization: "
+            "pip install 'keras_posenc[export]'"
+        ) from error
+    return tfmot
