@@ -1,0 +1,126 @@
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_posenc import models
+from tflite_export.__main__ import BAD_INPUT, EXPORT_FAILED, main
+
+keras = tf.keras
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("cli")
+    keras.utils.set_random_seed(0)
+    model = models.build_classifier(
+        3, vocab_size=10, hidden_dim=8, num_heads=2, num_layers=1, position="t5"
+    )
+    model.save(folder / "model.keras")
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, 10, size=(24, 10)).astype("int32")
+    np.savez(folder / "data.npz", x=x, y=rng.integers(0, 3, 24))
+    np.savez(folder / "floats.npz", x=x.astype("float32"))
+    np.savez(folder / "no_x.npz", inputs=x)
+    np.savez(folder / "wide.npz", x=x[:, :, None])
+    np.savez(folder / "bad_y.npz", x=x, y=np.zeros((24, 2)))
+    return folder
+
+
+def _args(saved, out, *extra, data="data.npz"):
+    return [
+        str(saved / "model.keras"),
+        "--calibration",
+        str(saved / data),
+        "--out",
+        str(out),
+        *extra,
+    ]
+
+
+@pytest.mark.slow
+def test_success_writes_the_model_and_c_array(saved, tmp_path, capsys):
+    out = tmp_path / "model.tflite"
+    assert main(_args(saved, out, "--c-array")) == 0
+    printed = capsys.readouterr().out
+    assert "| TFLM" in printed and "runs" in printed and "accuracy TFLM" in printed
+    assert out.read_bytes()[4:8] == b"TFL3"
+    assert "alignas(16)" in out.with_suffix(".cc").read_text()
+
+
+@pytest.mark.slow
+def test_refuses_to_overwrite_unless_forced(saved, tmp_path, capsys):
+    out = tmp_path / "model.tflite"
+    out.write_bytes(b"old")
+    assert main(_args(saved, out)) == BAD_INPUT
+    assert "pass --force" in capsys.readouterr().err
+    assert out.read_bytes() == b"old"
+    assert main(_args(saved, out, "--force")) == 0
+    assert out.read_bytes() != b"old"
+
+
+@pytest.mark.parametrize(
+    "data,match",
+    [
+        ("missing.npz", "does not exist"),
+        ("floats.npz", "must hold integer token ids"),
+        ("no_x.npz", "must hold the inputs under `x`"),
+        ("wide.npz", "must have shape"),
+        ("bad_y.npz", "`y` must be integer labels"),
+    ],
+)
+def test_bad_calibration_data_is_refused_and_writes_nothing(
+    saved, tmp_path, capsys, data, match
+):
+    out = tmp_path / "model.tflite"
+    assert main(_args(saved, out, "--c-array", data=data)) == BAD_INPUT
+    assert match in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_missing_model_file_is_refused(saved, tmp_path, capsys):
+    args = _args(saved, tmp_path / "m.tflite")
+    args[0] = str(tmp_path / "nope.keras")
+    assert main(args) == BAD_INPUT
+    assert "the model file" in capsys.readouterr().err
+
+
+def test_missing_output_folder_is_refused(saved, tmp_path, capsys):
+    assert main(_args(saved, tmp_path / "no" / "m.tflite")) == BAD_INPUT
+    assert "output folder" in capsys.readouterr().err
+
+
+def test_a_model_that_cannot_be_quantized_is_refused_and_writes_nothing(
+    tmp_path, capsys
+):
+    inputs = keras.Input((6, 4))
+    model = keras.Model(inputs, keras.layers.Dense(4, activation="gelu")(inputs))
+    model.save(tmp_path / "gelu.keras")
+    np.savez(tmp_path / "data.npz", x=np.zeros((4, 6, 4), "float32"))
+    out = tmp_path / "gelu.tflite"
+    args = [str(tmp_path / "gelu.keras"), "--calibration", str(tmp_path / "data.npz")]
+    assert main(args + ["--out", str(out)]) == EXPORT_FAILED
+    assert "GELU" in capsys.readouterr().err
+    assert not out.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data.npz", "gelu.keras"]
+
+
+@pytest.mark.slow
+def test_runs_as_a_module_with_a_nonzero_exit_on_bad_input(saved, tmp_path):
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tflite_export",
+            *_args(saved, tmp_path / "m.tflite", data="no_x.npz"),
+        ],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ),
+        timeout=300,
+    )
+    assert result.returncode == BAD_INPUT
+    assert "error:" in result.stderr
