@@ -56,6 +56,7 @@ def build_encoder(
     max_length=512,
     mask_zero=False,
     grid_shape=None,
+    attention_window=None,
     name="encoder",
 ):
     """A Transformer encoder `(B, T) or (B, T, input_dim) -> (B, T, hidden_dim)`.
@@ -79,6 +80,9 @@ def build_encoder(
         mask_zero: bool, token 0 is padding (a Keras mask). Defaults to `False`.
         grid_shape: tuple, e.g. `(rows, cols)`: the sequence is a flattened
             grid and `"dynamic_bias"` reads 2-D distances. Defaults to `None`.
+        attention_window: int, block-local attention with this window in
+            every layer (linear in T); None keeps dense attention.
+            Defaults to `None`.
         name: str, the model name. Defaults to `"encoder"`.
 
     Returns:
@@ -100,6 +104,7 @@ def build_encoder(
     sequence_length = _checks.positive_int("sequence_length", sequence_length, True)
     dropout = _checks.rate("dropout", dropout)
     max_length = _checks.positive_int("max_length", max_length)
+    _checks.positive_int("attention_window", attention_window, allow_none=True)
     if grid_shape is not None and position != "dynamic_bias":
         _checks.fail("grid_shape", "None unless position='dynamic_bias'", grid_shape)
     if position == "learned" and sequence_length and sequence_length > max_length:
@@ -134,7 +139,11 @@ def build_encoder(
             x = hpn(x, index if position == "hpn" else max(0, index - 1))
         if position == "recursive":
             x = RecursivePositionUpdate(
-                num_heads, key_dim, dropout=dropout, name=f"recursive_{index}"
+                num_heads,
+                key_dim,
+                dropout=dropout,
+                attention_window=attention_window,
+                name=f"recursive_{index}",
             )(x)
         else:
             attention = RelativeMultiHeadAttention(
@@ -142,6 +151,7 @@ def build_encoder(
                 key_dim,
                 output_dim=hidden_dim,
                 position_bias=_bias(position, num_heads, max_length, index, grid_shape),
+                attention_window=attention_window,
                 name=f"attention_{index}",
             )
             query = x

@@ -189,3 +189,36 @@ def clipped_table_mean(table, query_length, key_length, start_index=0):
         + tf.cast(right, tf.float32)[:, None] * table[rows - 1]
     )
     return (middle + tails) / tf.cast(key_length, tf.float32)
+
+
+def combine_masks(
+    query_length,
+    key_length,
+    query_mask=None,
+    value_mask=None,
+    key_mask=None,
+    attention_mask=None,
+    causal=False,
+):
+    """Boolean `(B, T, S)` attention mask from Keras masks, or None if none.
+
+    Args:
+        query_length, key_length: ints or scalar tensors T and S.
+        query_mask: `(B, T)`; value_mask, key_mask: `(B, S)`;
+            attention_mask: `(B, T, S)`; True where allowed.
+        causal: bool, also mask keys `j > i`.
+    """
+    mask = None
+    parts = [
+        (query_mask, lambda m: m[:, :, None]),  # (B, T, 1)
+        (value_mask, lambda m: m[:, None, :]),  # (B, 1, S)
+        (key_mask, lambda m: m[:, None, :]),  # (B, 1, S)
+        (attention_mask, lambda m: m),  # (B, T, S)
+    ]
+    if causal:
+        parts.append((causal_mask(query_length, key_length), lambda m: m[None]))
+    for part, expand in parts:
+        if part is not None:
+            part = expand(tf.cast(part, tf.bool))
+            mask = part if mask is None else tf.logical_and(mask, part)
+    return mask

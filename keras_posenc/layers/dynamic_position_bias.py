@@ -38,8 +38,8 @@ class DynamicPositionBias(keras.layers.Layer):
         coordinate_dim: int, the size C of each position coordinate (1 for
             token indices, 2 for an image grid). Defaults to `1`.
         grid_shape: tuple of ints, e.g. `(rows, cols)`: token `t` sits at
-            its row-major grid coordinates (a flattened image), so no
-            `positions` need be passed; its length must equal
+            its row-major grid coordinates (a flattened image); explicit
+            `positions` are then flat token indices. Its length must equal
             `coordinate_dim`. Defaults to `None`.
         kernel_initializer: str or initializer, for the MLP kernels.
             Defaults to `"glorot_uniform"`.
@@ -127,8 +127,7 @@ class DynamicPositionBias(keras.layers.Layer):
     def call(self, query, key=None, start_index=0, positions=None, key_positions=None):
         key = query if key is None else tf.convert_to_tensor(key)
         if positions is None and key_positions is None and self.grid_shape:
-            positions = self._grid(dim(query, 1))
-            key_positions = self._grid(dim(key, 1))
+            positions, key_positions = tf.range(dim(query, 1)), tf.range(dim(key, 1))
         if positions is None and key_positions is None:
             if self.coordinate_dim != 1:
                 _checks.fail(
@@ -192,9 +191,9 @@ class DynamicPositionBias(keras.layers.Layer):
         bias = self.heads_for(relative)  # (..., T, S, N)
         return ops.heads_first(bias)  # (..., N, T, S)
 
-    def _grid(self, length):
-        """Row-major coordinates `(T, C)` of the first T cells of the grid."""
-        index = tf.range(length)
+    def _grid(self, index):
+        """Row-major grid coordinates `(..., C)` of flat token indices `(...)`."""
+        index = tf.cast(index, tf.int32)
         coordinates = []
         for size in reversed(self.grid_shape):
             coordinates.append(index % size)
@@ -202,6 +201,8 @@ class DynamicPositionBias(keras.layers.Layer):
         return tf.cast(tf.stack(coordinates[::-1], axis=-1), tf.float32)
 
     def _coordinates(self, tensor, start_index, positions):
+        if self.grid_shape:
+            return self._grid(query_positions(tensor, start_index, positions))
         if self.coordinate_dim == 1:
             return query_positions(tensor, start_index, positions)[..., None]
         if positions is None:

@@ -36,6 +36,8 @@ class RecursivePositionUpdate(keras.layers.Layer):
         position_bias: bias-producing layer of the position attention.
             Defaults to `None` (a T5 `RelativePositionBias`).
         epsilon: float, the LayerNorm epsilon. Defaults to `1e-5`.
+        attention_window: int, block-local window of both attentions (see
+            `RelativeMultiHeadAttention`). Defaults to `None` (dense).
 
     Call arguments:
         inputs: tensor `(B, T, D)`.
@@ -69,6 +71,7 @@ class RecursivePositionUpdate(keras.layers.Layer):
         dropout=0.0,
         position_bias=None,
         epsilon=1e-5,
+        attention_window=None,
         **kwargs,
     ):
         num_heads = _checks.positive_int("num_heads", num_heads)
@@ -81,6 +84,9 @@ class RecursivePositionUpdate(keras.layers.Layer):
         dropout = _checks.rate("dropout", dropout)
         position_bias = optional_layer("position_bias", position_bias)
         epsilon = _checks.positive_float("epsilon", epsilon)
+        attention_window = _checks.positive_int(
+            "attention_window", attention_window, allow_none=True
+        )
         super().__init__(**kwargs)
         self.num_heads = num_heads
         self.key_dim = key_dim
@@ -90,6 +96,7 @@ class RecursivePositionUpdate(keras.layers.Layer):
         self.dropout = dropout
         self.position_bias = position_bias
         self.epsilon = epsilon
+        self.attention_window = attention_window
         self.supports_masking = True
 
     def build(self, input_shape):
@@ -98,13 +105,18 @@ class RecursivePositionUpdate(keras.layers.Layer):
             self.position_heads, name="position_bias"
         )
         self.attention = RelativeMultiHeadAttention(
-            self.num_heads, self.key_dim, dropout=self.dropout, name="attention"
+            self.num_heads,
+            self.key_dim,
+            dropout=self.dropout,
+            attention_window=self.attention_window,
+            name="attention",
         )
         self.position_attention = RelativeMultiHeadAttention(
             self.position_heads,
             self.position_key_dim or self.key_dim,
             dropout=self.dropout,
             position_bias=bias,
+            attention_window=self.attention_window,
             name="position_attention",
         )
         self.position_hidden = keras.layers.Dense(
@@ -159,6 +171,7 @@ class RecursivePositionUpdate(keras.layers.Layer):
                 if self.position_bias is None
                 else keras.layers.serialize(self.position_bias),
                 "epsilon": self.epsilon,
+                "attention_window": self.attention_window,
             }
         )
         return config
