@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed-stamp
 LINT_PATHS := $(wildcard keras_posenc tflite_export examples tests benchmarks)
 export TF_CPP_MIN_LOG_LEVEL ?= 3
 
-.PHONY: install demo test test-keras3 test-keras2 lint format bench clean
+.PHONY: install demo test test-keras3 test-keras2 lint format bench bench-quick clean
 
 $(STAMP): setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,7 +17,7 @@ $(STAMP): setup.cfg pyproject.toml
 install: $(STAMP)
 
 demo: install
-	$(PY) examples/readme_example.py
+	$(PY) examples/digits_demo.py --out demo_output
 
 lint: install
 	$(PY) -m ruff check $(LINT_PATHS)
@@ -33,10 +33,20 @@ test-keras3: install
 test-keras2: install
 	TF_USE_LEGACY_KERAS=1 $(PY) -m pytest -q tests
 
-test: lint test-keras3 test-keras2
+# Both Keras modes side by side (2 cores); the Keras 2 log is printed after.
+test: lint
+	@TF_USE_LEGACY_KERAS=1 $(PY) -m pytest -q tests > .pytest-keras2.log 2>&1 & \
+	keras2=$$!; \
+	$(PY) -m pytest -q tests; keras3=$$?; \
+	wait $$keras2; keras2=$$?; \
+	echo "--- Keras 2 (TF_USE_LEGACY_KERAS=1) ---"; cat .pytest-keras2.log; \
+	exit $$(( keras3 || keras2 ))
 
 bench: install
 	$(PY) -m benchmarks $(BENCH_ARGS)
+
+bench-quick: install
+	$(PY) -m benchmarks --quick $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

@@ -31,8 +31,8 @@ model.compile(
 )
 model.fit(x, y, epochs=6, batch_size=64, validation_split=0.2, verbose=2)
 
-model.save("/tmp/keras_posenc_readme.keras")
-reloaded = keras.models.load_model("/tmp/keras_posenc_readme.keras")
+model.save("relative_bias_example.keras")
+reloaded = keras.models.load_model("relative_bias_example.keras")
 long_x = rng.integers(1, 10, size=(4, 64))  # 4x the training length
 same = np.allclose(model(long_x), reloaded(long_x), atol=1e-6)
 print("accuracy:", model.evaluate(x, y, verbose=0)[1], "reloaded equal:", same)

@@ -79,7 +79,8 @@ def build_encoder(
             Defaults to `512`.
         mask_zero: bool, token 0 is padding (a Keras mask). Defaults to `False`.
         grid_shape: tuple, e.g. `(rows, cols)`: the sequence is a flattened
-            grid and `"dynamic_bias"` reads 2-D distances. Defaults to `None`.
+            grid, and `"dynamic_bias"` (or `"hybrid"`, which then adds it to
+            its attention) reads 2-D distances. Defaults to `None`.
         attention_window: int, block-local attention with this window in
             every layer (linear in T); None keeps dense attention.
             Defaults to `None`.
@@ -105,8 +106,9 @@ def build_encoder(
     dropout = _checks.rate("dropout", dropout)
     max_length = _checks.positive_int("max_length", max_length)
     _checks.positive_int("attention_window", attention_window, allow_none=True)
-    if grid_shape is not None and position != "dynamic_bias":
-        _checks.fail("grid_shape", "None unless position='dynamic_bias'", grid_shape)
+    if grid_shape is not None and position not in ("dynamic_bias", "hybrid"):
+        expectation = "None unless position is 'dynamic_bias' or 'hybrid'"
+        _checks.fail("grid_shape", expectation, grid_shape)
     if position == "learned" and sequence_length and sequence_length > max_length:
         _checks.fail(
             "max_length",
@@ -217,7 +219,7 @@ def _bias(position, num_heads, max_length, index, grid_shape=None):
         return RelativePositionBias(
             num_heads, mode=position, max_distance=distance, name=f"bias_{index}"
         )
-    if position == "dynamic_bias":
+    if position == "dynamic_bias" or (position == "hybrid" and grid_shape):
         return DynamicPositionBias(
             num_heads,
             coordinate_dim=len(grid_shape) if grid_shape else 1,

@@ -19,12 +19,13 @@ def test_readme_example_is_the_example_script():
 
 
 @pytest.mark.slow
-def test_readme_example_runs_trains_and_reloads():
+def test_readme_example_runs_trains_and_reloads(tmp_path):
     result = subprocess.run(
         [sys.executable, str(ROOT / "examples" / "readme_example.py")],
         capture_output=True,
         text=True,
         env=dict(os.environ),
+        cwd=tmp_path,
         timeout=300,
     )
     assert result.returncode == 0, result.stderr[-3000:]

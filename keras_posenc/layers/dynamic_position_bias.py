@@ -182,7 +182,7 @@ class DynamicPositionBias(keras.layers.Layer):
         distinct -= tf.cast(start_index, tf.float32)
         table = self.heads_for(distinct[:, None])  # (T + S - 1, N)
         index = tf.range(s)[None, :] - tf.range(t)[:, None] + (t - 1)  # (T, S)
-        return ops.heads_first(tf.gather(table, index))  # (N, T, S)
+        return tf.gather(tf.transpose(table), index, axis=1)  # (N, T, S)
 
     def _bias_on_grid(self, query, key, start_index, positions, key_positions):
         q = self._coordinates(query, start_index, positions)  # (..., T, C)

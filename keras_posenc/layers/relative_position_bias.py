@@ -172,6 +172,8 @@ class RelativePositionBias(keras.layers.Layer):
             index = ops.clipped_relative_index(
                 relative, self.max_distance, self.bidirectional
             )
-        table = tf.cast(self.table, tf.float32)  # (K, N)
-        bias = tf.gather(table, index)  # (..., T, S, N)
-        return ops.heads_first(bias)  # (..., N, T, S)
+        table = tf.transpose(tf.cast(self.table, tf.float32))  # (N, K)
+        if index.shape.rank == 2:
+            return tf.gather(table, index, axis=1)  # (N, T, S), no transpose
+        bias = tf.gather(table, index, axis=1)  # (N, B, T, S)
+        return tf.transpose(bias, [1, 0, 2, 3])  # (B, N, T, S)

@@ -1,0 +1,1 @@
+"""Benchmarks: `python -m benchmarks [--quick] [--only NAME ...]` (`make bench`)."""

@@ -1,0 +1,29 @@
+"""`python -m benchmarks [--quick] [--only accuracy speed memory edge local]`."""
+
+import argparse
+import time
+
+from benchmarks import accuracy, edge, local, memory, speed
+
+BENCHMARKS = {
+    "speed": speed,
+    "local": local,
+    "memory": memory,
+    "edge": edge,
+    "accuracy": accuracy,
+}
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m benchmarks")
+    parser.add_argument("--quick", action="store_true", help="small sizes")
+    parser.add_argument("--only", nargs="*", choices=list(BENCHMARKS), default=None)
+    args = parser.parse_args(argv)
+    for name in args.only or list(BENCHMARKS):
+        start = time.time()
+        BENCHMARKS[name].run(args.quick)
+        print(f"[{name}: {time.time() - start:.0f} s]\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,77 @@
+"""Shared benchmark plumbing: timing, peak memory in a subprocess, result files."""
+
+import json
+import pathlib
+import platform
+import resource
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+RESULTS = pathlib.Path(__file__).resolve().parent / "results"
+
+
+def machine():
+    """One line naming the machine and the versions measured."""
+    import tensorflow as tf
+
+    import keras_posenc
+
+    cpus = len(__import__("os").sched_getaffinity(0))
+    keras_name = "Keras 3" if keras_posenc.IS_KERAS_3 else "Keras 2 (tf_keras)"
+    return (
+        f"{platform.machine()}, {cpus} cores, Python {platform.python_version()}, "
+        f"TensorFlow {tf.__version__}, {keras_name}"
+    )
+
+
+def median_seconds(fn, repeats=5, warmup=2):
+    """Median wall time of `fn()` after `warmup` calls."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return float(np.median(times))
+
+
+def peak_rss_mb(module, *args, timeout=900):
+    """Runs `python -m module args` alone and returns its JSON and peak RSS (MB).
+
+    A fresh process per measurement, so one measurement's peak cannot hide
+    another's.
+    """
+    result = subprocess.run(
+        [sys.executable, "-m", module, *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    if result.returncode != 0:
+        return {"error": (result.stderr.strip().splitlines() or ["failed"])[-1]}
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def own_peak_rss_mb():
+    """This process's peak resident memory so far, in MB."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def write(name, title, header, rows, notes=(), figure=None):
+    """Writes `results/NAME.md` (and `NAME.png`) and prints the table."""
+    RESULTS.mkdir(exist_ok=True)
+    lines = [f"# {title}", "", f"Machine: {machine()}", ""]
+    lines.append("| " + " | ".join(header) + " |")
+    lines.append("|" + " --- |" * len(header))
+    lines.extend("| " + " | ".join(str(cell) for cell in row) + " |" for row in rows)
+    lines.extend([""] + [f"- {note}" for note in notes])
+    text = "\n".join(lines) + "\n"
+    (RESULTS / f"{name}.md").write_text(text)
+    if figure is not None:
+        figure.savefig(RESULTS / f"{name}.png")
+    print(text)
+    return text

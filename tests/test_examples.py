@@ -1,0 +1,81 @@
+"""Smoke tests: every example runs end to end at tiny sizes."""
+
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "examples"))
+
+
+@pytest.mark.slow
+def test_digits_demo_writes_model_c_array_and_plots(tmp_path):
+    import digits_demo
+
+    result = digits_demo.main(["--quick", "--out", str(tmp_path)])
+    assert result["report"].tflm_ok
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names == [
+        "digits_int8.cc",
+        "digits_int8.tflite",
+        "generated_positions.png",
+        "learning_curves.png",
+        "position_similarity.png",
+        "relative_bias.png",
+    ]
+
+
+@pytest.mark.slow
+def test_text_pydoc_classifier_runs():
+    import text_pydoc
+
+    assert 0.0 <= text_pydoc.main(["--quick"]) <= 1.0
+
+
+@pytest.mark.slow
+def test_length_extrapolation_runs():
+    import length_extrapolation
+
+    arguments = ["--quick", "--methods", "alibi", "--window", "4"]
+    results = length_extrapolation.main(arguments)
+    assert set(results) == {"alibi"} and len(results["alibi"]) == 2
+
+
+@pytest.mark.slow
+def test_multitask_pretraining_runs():
+    import multitask_pretraining
+
+    history = multitask_pretraining.main(["--quick"])
+    assert {"position_loss", "distance_loss", "order_loss"} <= set(history)
+
+
+@pytest.mark.slow
+def test_distributed_training_runs():
+    import distributed_training
+
+    replicas, accuracy = distributed_training.main(["--quick"])
+    assert replicas >= 1 and 0.0 <= accuracy <= 1.0
+
+
+@pytest.mark.slow
+def test_qat_example_writes_a_microcontroller_file(tmp_path):
+    # A fresh process: the script switches to Keras 2 before importing TF.
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "examples" / "qat_microcontroller.py"),
+            "--quick",
+            "--out",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ),
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "| TFLM" in result.stdout
+    assert (tmp_path / "digits_qat.cc").exists()
