@@ -19,21 +19,33 @@ def _compile(model):
     return model
 
 
+#: Block-local variants, measured on the relative task too: `(name, method, W)`.
+LOCAL_VARIANTS = (
+    ("t5 + window 8", "t5", 8),
+    ("alibi + window 8", "alibi", 8),
+    ("dynamic_bias + window 8", "dynamic_bias", 8),
+)
+
+
 def synthetic_rows(length, examples, epochs):
     rows, scores = [], {}
     for task in synthetic.TASKS:
         x, y = synthetic.make_task(task, examples, length)
-        for position in models.POSITION_METHODS:
+        variants = [(p, p, None) for p in models.POSITION_METHODS]
+        if task == "relative_offset":
+            variants += list(LOCAL_VARIANTS)
+        for position, method, window in variants:
             keras.utils.set_random_seed(0)
             model = _compile(
                 models.build_token_classifier(
-                    synthetic.num_classes(task),
+                    10,
                     vocab_size=10,
                     hidden_dim=32,
                     num_heads=4,
                     num_layers=2,
-                    position=position,
+                    position=method,
                     max_length=8 * length,
+                    attention_window=window,
                 )
             )
             model.fit(x, y, epochs=epochs, batch_size=64, verbose=0)
@@ -77,7 +89,7 @@ def run(quick):
     examples, epochs, digit_epochs = (2000, 4, 10) if quick else (4000, 10, 40)
     rows, scores = synthetic_rows(length, examples, epochs)
     relative = {p: s for (t, p), s in scores.items() if t == "relative_offset"}
-    best = max(relative, key=lambda p: (relative[p][-1], relative[p][0]))
+    best = max(relative, key=lambda p: _kept(relative[p]))
     kept = relative[best][-1] / relative[best][0]
     write(
         "accuracy_synthetic",
@@ -88,6 +100,7 @@ def run(quick):
         [
             f"best on relative_offset at 8x: {best} keeps {kept:.0%} of its 1x "
             "accuracy (goal: >= 95%)",
+            "labels are lookups over 9 tokens: chance is about 0.11",
             "learned tables have max_length = 8T, so rows past T exist but were "
             "never trained",
         ],
@@ -109,12 +122,17 @@ def _heatmap(scores):
 
     tasks = synthetic.TASKS
     methods = models.POSITION_METHODS
-    grid = np.array([[scores[t, p][-1] for t in tasks] for p in methods])
+    grid = np.array([[scores[t, p][-1] for t in tasks] for p in methods])  # 8x
     figure, axis = plt.subplots(figsize=(6, 6))
-    image = axis.imshow(grid, cmap="viridis", vmin=0.4, vmax=1.0)
+    image = axis.imshow(grid, cmap="viridis", vmin=0.0, vmax=1.0)
     axis.set_xticks(range(len(tasks)), tasks, rotation=20)
     axis.set_yticks(range(len(models.POSITION_METHODS)), models.POSITION_METHODS)
     axis.set_title("accuracy at 8x the training length")
     figure.colorbar(image, ax=axis)
     figure.tight_layout()
     return figure
+
+
+def _kept(accuracy):
+    """Sort key: the share of 1x accuracy kept at 8x, then the 1x accuracy."""
+    return accuracy[-1] / accuracy[0], accuracy[0]

@@ -1,9 +1,9 @@
 """Length extrapolation: train at length L, test at 2L..32L, per position method.
 
-The task (`keras_posenc.synthetic`, "relative_offset") asks for every token
-whether the token 3 places to its left is a 1: the same rule at every
-position, so a relative method can apply it at any length, while absolute
-encodings meet positions they never saw.
+The task (`keras_posenc.synthetic`, "relative_offset") asks every token for
+the token 3 places to its left: the same rule at every position, so a
+relative method can apply it at any length, while absolute encodings meet
+positions they never saw.
 
     python examples/length_extrapolation.py [--methods t5 alibi sinusoidal learned]
 """
@@ -36,7 +36,7 @@ def main(argv=None):
     for method in args.methods:
         keras.utils.set_random_seed(0)
         model = models.build_token_classifier(
-            2,
+            10,
             vocab_size=10,
             hidden_dim=32,
             num_heads=4,

@@ -12,16 +12,18 @@ TASKS = ("relative_offset", "absolute_position", "relative_and_absolute")
 
 
 def make_task(name, num_examples, length, vocab_size=10, offset=3, seed=0):
-    """Tokens and labels of task `name`.
+    """Tokens and labels of task `name` (lookups, so chance is ~1/vocab_size).
 
-    - `"relative_offset"`: is the token `offset` places to the left a 1?
-      (translation invariant: a relative method can solve it at any length)
-    - `"absolute_position"`: is this token at an even index?
-    - `"relative_and_absolute"`: the relative test, but only at even indices
-      (label 2 where the index is odd).
+    - `"relative_offset"`: output the token `offset` places to the left (0 in
+      the first `offset` places). Translation invariant: a relative method can
+      apply it at any length.
+    - `"absolute_position"`: output the token at index 1, at every position.
+    - `"relative_and_absolute"`: the relative lookup at even indices, the
+      token at index 1 at odd ones.
 
     Returns:
-        `(tokens, labels)`, int32 arrays of shape `(N, T)`.
+        `(tokens, labels)`, int32 arrays of shape `(N, T)`; labels lie in
+        `[0, vocab_size)`.
     """
     if name not in TASKS:
         raise ValueError(f"`name` must be one of {TASKS}. Received: name={name!r}")
@@ -31,18 +33,13 @@ def make_task(name, num_examples, length, vocab_size=10, offset=3, seed=0):
         )
     rng = np.random.default_rng(seed)
     tokens = rng.integers(1, vocab_size, size=(num_examples, length)).astype("int32")
-    looked_up = np.zeros_like(tokens)
-    looked_up[:, offset:] = tokens[:, :-offset] == 1
-    even = (np.arange(length) % 2 == 0)[None, :].repeat(num_examples, 0)
+    relative = np.zeros_like(tokens)
+    relative[:, offset:] = tokens[:, :-offset]
+    absolute = np.repeat(tokens[:, 1:2], length, axis=1)
     if name == "relative_offset":
-        labels = looked_up
+        labels = relative
     elif name == "absolute_position":
-        labels = even.astype("int32")
+        labels = absolute
     else:
-        labels = np.where(even, looked_up, 2)
+        labels = np.where(np.arange(length)[None, :] % 2 == 0, relative, absolute)
     return tokens, labels.astype("int32")
-
-
-def num_classes(name):
-    """The number of label values of task `name`."""
-    return 3 if name == "relative_and_absolute" else 2

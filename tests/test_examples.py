@@ -49,7 +49,9 @@ def test_multitask_pretraining_runs():
     import multitask_pretraining
 
     history = multitask_pretraining.main(["--quick"])
-    assert {"position_loss", "distance_loss", "order_loss"} <= set(history)
+    # Keras 3 names each loss after the output key, Keras 2 after its layer.
+    for task in ("position", "distance", "order"):
+        assert any(key.startswith(task) and key.endswith("loss") for key in history)
 
 
 @pytest.mark.slow
