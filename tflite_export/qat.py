@@ -11,7 +11,6 @@ with two tensors, and the tensors computed inside `call` (logits, softmax,
 biases), get their int8 ranges from the representative data at conversion.
 """
 
-from keras_posenc import layers as _layers_package  # noqa: F401
 from keras_posenc._compat import IS_KERAS_3, REGISTERED, keras
 
 
@@ -42,13 +41,14 @@ def quantize_aware(model):
     tfmot = _tfmot()
     qk = tfmot.quantization.keras
     config_class = _config_class(qk)
+    registry = _default_registry()
 
     def annotate(layer):
         if _reads_integers(layer):
             return layer  # TF-MOT would fake-quantize the int32 token ids
         if type(layer).__name__ in REGISTERED and _single_tensor_calls(layer):
             return qk.quantize_annotate_layer(layer, config_class())
-        if _supported_by_default(qk, layer):
+        if not isinstance(layer, keras.layers.InputLayer) and registry.supports(layer):
             return qk.quantize_annotate_layer(layer)
         return layer
 
@@ -178,14 +178,13 @@ def _reads_integers(layer):
     return False
 
 
-def _supported_by_default(qk, layer):
+def _default_registry():
+    """TF-MOT's registry of the standard Keras layers it quantizes itself."""
     from tensorflow_model_optimization.python.core.quantization.keras.default_8bit import (  # noqa: E501
         default_8bit_quantize_registry as registry,
     )
 
-    if isinstance(layer, keras.layers.InputLayer):
-        return False
-    return registry.Default8BitQuantizeRegistry().supports(layer)
+    return registry.Default8BitQuantizeRegistry()
 
 
 def _tfmot():

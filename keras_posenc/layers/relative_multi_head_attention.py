@@ -63,8 +63,9 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
             attention with `keras_posenc.layers._local_attention.band_mask`
             gives the same result. Takes query/key Keras masks and causal
             masking, not a `(B, T, S)` `attention_mask`, `attention_bias` or
-            returned scores. LSH attention is not offered: no measurement here
-            has shown it beating block-local. Defaults to `None` (dense).
+            returned scores. LSH attention is not offered: it was neither built
+            nor measured here, so nothing shows it beating block-local, which
+            is exact on its band and linear in T. Defaults to `None` (dense).
 
     Call arguments:
         query: tensor `(B, T, Dq)`.
