@@ -10,11 +10,12 @@ from keras_posenc._compat import (
     keras,
     register,
 )
+from keras_posenc.layers._bias_layer import BiasLayer
 from keras_posenc.layers._positions import query_positions
 
 
 @register
-class DynamicPositionBias(keras.layers.Layer):
+class DynamicPositionBias(BiasLayer):
     """Bias `B[h, i, j] = MLP(f(p_j - p_i))[h]` generated from distances.
 
     A small MLP (`num_layers` ReLU layers of width `hidden_dim`, then one
@@ -138,16 +139,7 @@ class DynamicPositionBias(keras.layers.Layer):
             bias = self._bias_on_distinct_distances(query, key, start_index)
         else:
             bias = self._bias_on_grid(query, key, start_index, positions, key_positions)
-        if bias.shape.rank == 3:
-            bias = bias[None]  # (1, N, T, S)
-        return tf.cast(bias, self.compute_dtype)
-
-    def compute_output_shape(self, query_shape, key_shape=None):
-        key_shape = query_shape if key_shape is None else key_shape
-        return (1, self.num_heads, query_shape[1], key_shape[1])
-
-    def compute_mask(self, query, mask=None):
-        return None  # a bias has no tokens to mask
+        return self.finish(bias)
 
     def get_config(self):
         config = super().get_config()

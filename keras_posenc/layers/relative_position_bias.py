@@ -4,13 +4,14 @@ import tensorflow as tf
 
 from keras_posenc import _checks, ops
 from keras_posenc._compat import keras, register
+from keras_posenc.layers._bias_layer import BiasLayer
 from keras_posenc.layers._positions import query_positions
 
 MODES = ("t5", "clipped", "alibi")
 
 
 @register
-class RelativePositionBias(keras.layers.Layer):
+class RelativePositionBias(BiasLayer):
     """Per-head bias `B[h, i, j]` that depends only on the distance `j - i`.
 
     Follows the package's bias contract: called with the query `(B, T, ...)`
@@ -134,16 +135,7 @@ class RelativePositionBias(keras.layers.Layer):
         k_pos = query_positions(key, 0, key_positions)  # (S,)|(B, S)
         relative = ops.relative_positions(q_pos, k_pos)  # (T, S)|(B, T, S)
         bias = self.bias_from_relative(relative)  # (N, T, S)|(B, N, T, S)
-        if bias.shape.rank == 3:
-            bias = bias[None]  # (1, N, T, S)
-        return tf.cast(bias, self.compute_dtype)
-
-    def compute_output_shape(self, query_shape, key_shape=None):
-        key_shape = query_shape if key_shape is None else key_shape
-        return (1, self.num_heads, query_shape[1], key_shape[1])
-
-    def compute_mask(self, query, mask=None):
-        return None  # a bias has no tokens to mask
+        return self.finish(bias)
 
     def get_config(self):
         config = super().get_config()
