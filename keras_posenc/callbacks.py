@@ -1,7 +1,7 @@
 """Training aids: position warm-up."""
 
 from keras_posenc import _checks
-from keras_posenc._compat import keras
+from keras_posenc._compat import keras, nested_layers
 from keras_posenc.layers.dynamic_position_bias import DynamicPositionBias
 from keras_posenc.layers.gated_position_fusion import GatedPositionFusion
 from keras_posenc.layers.hierarchical_position_network import (
@@ -109,28 +109,13 @@ class PositionWarmup(keras.callbacks.Callback):
 def find_generators(model):
     """The position-generating layers inside `model` (searched recursively)."""
     found = []
-
-    def visit(layer):
+    for layer in nested_layers(
+        model, descend=lambda layer: not isinstance(layer, RecursivePositionUpdate)
+    ):
         if isinstance(layer, POSITION_GENERATORS):
             found.append(layer)
         elif isinstance(layer, RecursivePositionUpdate):
             found.extend(
                 [layer.position_attention, layer.position_hidden, layer.position_output]
             )
-            return
-        for child in _children(layer):
-            visit(child)
-
-    for layer in model.layers:
-        visit(layer)
     return found
-
-
-def _children(layer):
-    if isinstance(layer, keras.Model):
-        return layer.layers
-    sublayers = []
-    for value in vars(layer).values():
-        if isinstance(value, keras.layers.Layer):
-            sublayers.append(value)
-    return sublayers

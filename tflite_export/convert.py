@@ -3,7 +3,7 @@
 import numpy as np
 import tensorflow as tf
 
-from keras_posenc._compat import IS_KERAS_3, keras
+from keras_posenc._compat import IS_KERAS_3, keras, nested_layers
 
 #: Conversion modes: int8 kernels and activations, int16 activations with int8
 #: weights, or the float32 reference.
@@ -118,7 +118,7 @@ def static_model(model, input_shape, dtype):
 def microcontroller_blockers(model):
     """`[(layer name, reason)]` for layers that cannot run in TFLM at int8."""
     blockers = []
-    for layer in _all_layers(model):
+    for layer in nested_layers(model):
         config = layer.get_config() if hasattr(layer, "get_config") else {}
         if IS_KERAS_3 and type(layer).__name__ == "Embedding":
             blockers.append(
@@ -145,21 +145,6 @@ def microcontroller_blockers(model):
                 )
             )
     return blockers
-
-
-def _all_layers(model):
-    stack = list(model.layers)
-    while stack:
-        layer = stack.pop()
-        yield layer
-        if isinstance(layer, keras.Model):
-            stack.extend(layer.layers)
-        else:
-            stack.extend(
-                value
-                for value in vars(layer).values()
-                if isinstance(value, keras.layers.Layer)
-            )
 
 
 def _calibration(data):

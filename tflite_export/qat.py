@@ -11,7 +11,7 @@ with two tensors, and the tensors computed inside `call` (logits, softmax,
 biases), get their int8 ranges from the representative data at conversion.
 """
 
-from keras_posenc._compat import IS_KERAS_3, REGISTERED, keras
+from keras_posenc._compat import IS_KERAS_3, REGISTERED, keras, nested_layers
 
 
 class QuantizationError(RuntimeError):
@@ -73,26 +73,11 @@ def weight_owners(layer):
         "LearnedPositionEmbedding": "embeddings",
     }
     owners = []
-    for sublayer in _sublayers(layer):
+    for sublayer in nested_layers(layer):
         attribute = kinds.get(type(sublayer).__name__)
         if attribute is not None:
             owners.append((sublayer, attribute))
     return owners
-
-
-def _sublayers(layer):
-    """`layer` and every layer nested in its attributes, each once, in order."""
-    found, stack, seen = [], [layer], set()
-    while stack:
-        current = stack.pop(0)
-        if id(current) in seen:
-            continue
-        seen.add(id(current))
-        found.append(current)
-        for value in vars(current).values():
-            children = value if isinstance(value, (list, tuple)) else [value]
-            stack.extend(c for c in children if isinstance(c, keras.layers.Layer))
-    return found
 
 
 def _config_class(qk):
@@ -150,7 +135,7 @@ def _build_self_attention(layer):
     """
     attentions = [
         sublayer
-        for sublayer in _sublayers(layer)
+        for sublayer in nested_layers(layer)
         if type(sublayer).__name__ == "RelativeMultiHeadAttention"
     ]
     for attention in attentions:

@@ -72,8 +72,10 @@ def verify(model_bytes, keras_model=None, x=None, y=None):
     if x is None:
         x = np.zeros([2] + list(inp["shape"][1:]), dtype=inp["dtype"])
     x = np.asarray(x)
-    quantized = np.stack([_quantize(example[None], inp)[0] for example in x])
-    litert = np.stack([_run_litert(interpreter, q[None])[0] for q in quantized])
+    quantized = _quantize(x, inp)
+    litert = np.stack(
+        [_run_litert(interpreter, inp, out, example[None])[0] for example in quantized]
+    )
     litert = _dequantize(litert, out)
     tflm_raw, tflm_info = run_tflm(model_bytes, quantized)
     report = Report(
@@ -145,10 +147,10 @@ def _litert(model_bytes):
     return interpreter
 
 
-def _run_litert(interpreter, example):
-    interpreter.set_tensor(interpreter.get_input_details()[0]["index"], example)
+def _run_litert(interpreter, inp, out, example):
+    interpreter.set_tensor(inp["index"], example)
     interpreter.invoke()
-    return interpreter.get_tensor(interpreter.get_output_details()[0]["index"])
+    return interpreter.get_tensor(out["index"])
 
 
 def _quantize(values, detail):
