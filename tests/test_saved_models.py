@@ -1,0 +1,36 @@
+"""Models saved by earlier versions load and give the same outputs.
+
+The fixtures in `tests/fixtures/` were written by
+`tests/fixtures/make_saved_models.py` before the public-seams refactor, one
+folder per Keras mode (a `.keras` file does not cross modes).
+"""
+
+import pathlib
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_posenc import IS_KERAS_3
+
+FOLDER = (
+    pathlib.Path(__file__).resolve().parent
+    / "fixtures"
+    / ("keras3" if IS_KERAS_3 else "keras2")
+)
+STEMS = sorted(path.stem for path in FOLDER.glob("*.keras"))
+
+
+def test_every_position_method_has_a_fixture():
+    from keras_posenc.models import POSITION_METHODS
+
+    assert set(POSITION_METHODS) <= set(STEMS)
+
+
+@pytest.mark.parametrize("stem", STEMS)
+def test_saved_model_loads_with_the_same_outputs(stem):
+    saved = np.load(FOLDER / "outputs.npz")
+    model = tf.keras.models.load_model(FOLDER / f"{stem}.keras")
+    np.testing.assert_allclose(
+        model(saved["tokens"]).numpy(), saved[stem], rtol=1e-5, atol=1e-6
+    )
