@@ -1,6 +1,6 @@
 """keras_posenc: Transformer-style position encodings for TensorFlow/Keras."""
 
-from keras_posenc import ops
+from keras_posenc import ops, utils
 from keras_posenc._compat import IS_KERAS_3
 from keras_posenc.layers.combined_position_input import (
     CombinedPositionInput,
@@ -44,4 +44,5 @@ __all__ = [
     "combined_attention_input",
     "gated_position_fusion",
     "ops",
+    "utils",
 ]

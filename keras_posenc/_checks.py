@@ -1,4 +1,4 @@
-"""Argument validation with one message form (see STYLE.md)."""
+"""Argument validation with one message form (see docs/style.md)."""
 
 import numbers
 

@@ -62,25 +62,3 @@ def not_equal(x, value):
     if IS_KERAS_3:
         return keras.ops.not_equal(x, value)
     return tf.not_equal(x, value)
-
-
-def nested_layers(root, descend=None):
-    """`root` and every layer nested in it (model layers, attributes, lists), once.
-
-    `descend(layer)` returning False stops the walk below that layer.
-    """
-    found, stack, seen = [], [root], set()
-    while stack:
-        layer = stack.pop(0)
-        if id(layer) in seen:
-            continue
-        seen.add(id(layer))
-        found.append(layer)
-        if descend is not None and not descend(layer):
-            continue
-        children = list(layer.layers) if isinstance(layer, keras.Model) else []
-        for value in vars(layer).values():
-            items = value if isinstance(value, (list, tuple)) else [value]
-            children.extend(i for i in items if isinstance(i, keras.layers.Layer))
-        stack.extend(children)
-    return found

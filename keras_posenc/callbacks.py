@@ -1,7 +1,7 @@
 """Training aids: position warm-up."""
 
 from keras_posenc import _checks
-from keras_posenc._compat import keras, nested_layers
+from keras_posenc._compat import keras
 from keras_posenc.layers.dynamic_position_bias import DynamicPositionBias
 from keras_posenc.layers.gated_position_fusion import GatedPositionFusion
 from keras_posenc.layers.hierarchical_position_network import (
@@ -10,6 +10,7 @@ from keras_posenc.layers.hierarchical_position_network import (
 from keras_posenc.layers.learned_position_embedding import LearnedPositionEmbedding
 from keras_posenc.layers.recursive_position_update import RecursivePositionUpdate
 from keras_posenc.layers.relative_position_bias import RelativePositionBias
+from keras_posenc.utils import nested_layers
 
 #: Layers whose weights generate positions (frozen by `PositionWarmup`).
 POSITION_GENERATORS = (

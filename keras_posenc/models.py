@@ -8,40 +8,28 @@ Every builder returns a plain functional `keras.Model` (it saves and loads as
 from keras_posenc import _checks
 from keras_posenc._compat import keras
 from keras_posenc.layers.combined_position_input import CombinedPositionInput
-from keras_posenc.layers.dynamic_position_bias import DynamicPositionBias
-from keras_posenc.layers.gated_position_fusion import GatedPositionFusion
 from keras_posenc.layers.hierarchical_position_network import (
     HierarchicalPositionNetwork,
 )
 from keras_posenc.layers.layer_norm import LayerNorm
-from keras_posenc.layers.learned_position_embedding import LearnedPositionEmbedding
 from keras_posenc.layers.recursive_position_update import RecursivePositionUpdate
 from keras_posenc.layers.relative_multi_head_attention import (
     RelativeMultiHeadAttention,
 )
-from keras_posenc.layers.relative_position_bias import RelativePositionBias
 from keras_posenc.layers.sinusoidal_position_encoding import (
     SinusoidalPositionEncoding,
 )
 from keras_posenc.layers.token_embedding import TokenEmbedding
+from keras_posenc.methods import METHODS
 
-#: The position methods every builder accepts as `position=`.
-POSITION_METHODS = (
-    "none",
-    "sinusoidal",
-    "learned",
-    "combined",
-    "t5",
-    "clipped",
-    "alibi",
-    "dynamic_bias",
-    "hpn",
-    "recursive",
-    "hybrid",
-    "gated",
-)
+#: The position methods every builder accepts as `position=` (`METHODS` rows).
+POSITION_METHODS = tuple(METHODS)
 #: Methods whose attention carries a relative bias (they extrapolate in length).
-RELATIVE_METHODS = ("t5", "clipped", "alibi", "dynamic_bias", "recursive")
+RELATIVE_METHODS = tuple(
+    name
+    for name, method in METHODS.items()
+    if (method.bias and not method.bias_needs_grid) or method.recursive
+)
 
 
 def build_encoder(
@@ -57,6 +45,7 @@ def build_encoder(
     mask_zero=False,
     grid_shape=None,
     attention_window=None,
+    position_options=None,
     name="encoder",
 ):
     """A Transformer encoder `(B, T) or (B, T, input_dim) -> (B, T, hidden_dim)`.
@@ -71,12 +60,15 @@ def build_encoder(
             Defaults to `64`.
         num_layers: int, the number of Transformer layers. Defaults to `2`.
         num_heads: int, attention heads N. Defaults to `4`.
-        dropout: float, dropout after attention and feed-forward.
-            Defaults to `0.0`.
-        position: str, one of `POSITION_METHODS`. Defaults to `"t5"`.
+        dropout: float, the rate of every dropout in the model, the same for
+            every method: on the attention weights of every attention (the
+            recursive blocks' two included) and on each feed-forward output
+            before its residual sum. Defaults to `0.0`.
+        position: str, one of `POSITION_METHODS` (the rows of
+            `keras_posenc.methods.METHODS`). Defaults to `"t5"`.
         max_length: int, the table size of `"learned"`; `"clipped"` and
-            `"gated"` clip distances at `min(max_length, 32)`.
-            Defaults to `512`.
+            `"gated"` clip distances at `min(max_length, 32)` unless
+            `position_options` sets `max_distance`. Defaults to `512`.
         mask_zero: bool, token 0 is padding (a Keras mask). Defaults to `False`.
         grid_shape: tuple, e.g. `(rows, cols)`: the sequence is a flattened
             grid, and `"dynamic_bias"` (or `"hybrid"`, which then adds it to
@@ -84,12 +76,17 @@ def build_encoder(
         attention_window: int, block-local attention with this window in
             every layer (linear in T); None keeps dense attention.
             Defaults to `None`.
+        position_options: dict, constructor arguments forwarded to the
+            method's layers, e.g. `{"num_buckets": 64, "max_distance": 256}`
+            for `"t5"`; `keras_posenc.methods.METHODS[position].options`
+            lists the keys each method takes. Defaults to `None`.
         name: str, the model name. Defaults to `"encoder"`.
 
     Returns:
         A functional `keras.Model`.
     """
-    _checks.choice("position", position, POSITION_METHODS)
+    _checks.choice("position", position, tuple(METHODS))
+    method = METHODS[position]
     if (vocab_size is None) == (input_dim is None):
         _checks.fail(
             "vocab_size",
@@ -106,9 +103,11 @@ def build_encoder(
     dropout = _checks.rate("dropout", dropout)
     max_length = _checks.positive_int("max_length", max_length)
     _checks.positive_int("attention_window", attention_window, allow_none=True)
-    if grid_shape is not None and position not in ("dynamic_bias", "hybrid"):
-        expectation = "None unless position is 'dynamic_bias' or 'hybrid'"
-        _checks.fail("grid_shape", expectation, grid_shape)
+    if grid_shape is not None and method.bias != "dynamic":
+        grid_methods = [n for n, m in METHODS.items() if m.bias == "dynamic"]
+        _checks.fail(
+            "grid_shape", f"None unless position is in {grid_methods}", grid_shape
+        )
     if position == "learned" and sequence_length and sequence_length > max_length:
         _checks.fail(
             "max_length",
@@ -116,6 +115,7 @@ def build_encoder(
             max_length,
             fix="Use a relative method such as position='t5' for long sequences",
         )
+    parts = method.resolve_options(position_options, max_length)
 
     if vocab_size is not None:
         vocab_size = _checks.positive_int("vocab_size", vocab_size)
@@ -125,44 +125,51 @@ def build_encoder(
         input_dim = _checks.positive_int("input_dim", input_dim)
         inputs = keras.Input((sequence_length, input_dim), name="features")
         x = keras.layers.Dense(hidden_dim, name="input_projection")(inputs)
-    x = _add_input_positions(x, position, max_length)
+    if method.input_positions is not None:
+        x = _add(x, method.input_encoding(x, parts, max_length))
     x = LayerNorm(name="embedding_norm")(x)
 
     key_dim = hidden_dim // num_heads
+    first = min(method.generator_from, num_layers - 1)  # first layer fed
     hpn = None
-    if position in ("hpn", "hybrid"):
-        depth = num_layers if position == "hpn" else max(1, num_layers - 1)
-        features = "sinusoid" if position == "hpn" else "conv"
+    if method.generator is not None:
         hpn = HierarchicalPositionNetwork(
-            hidden_dim, depth, position_features=features, name="position_network"
+            hidden_dim,
+            num_layers - first,
+            position_features=method.generator,
+            name="position_network",
+            **parts["generator"],
         )
     for index in range(num_layers):
-        if hpn is not None and (position == "hpn" or index > 0 or num_layers == 1):
-            x = hpn(x, index if position == "hpn" else max(0, index - 1))
-        if position == "recursive":
+        if hpn is not None and index >= first:
+            x = hpn(x, index - first)
+        if method.recursive:
             x = RecursivePositionUpdate(
                 num_heads,
                 key_dim,
                 dropout=dropout,
                 attention_window=attention_window,
                 name=f"recursive_{index}",
+                **parts["block"],
             )(x)
         else:
             attention = RelativeMultiHeadAttention(
                 num_heads,
                 key_dim,
                 output_dim=hidden_dim,
-                position_bias=_bias(position, num_heads, max_length, index, grid_shape),
+                dropout=dropout,
+                position_bias=method.bias_layer(num_heads, index, grid_shape, parts),
                 attention_window=attention_window,
                 name=f"attention_{index}",
             )
             query = x
-            if position == "combined" and index == 0:
-                # The joint position-content input of the design document.
-                positions = SinusoidalPositionEncoding(name="combined_positions")(x)
+            if method.combined_input and index == 0:
+                # The joint position-content input (docs/design.md).
+                positions = SinusoidalPositionEncoding(
+                    name="combined_positions", **parts["sinusoid"]
+                )(x)
                 query = CombinedPositionInput(name="combined_input")(x, positions)
-            attended = keras.layers.Dropout(dropout)(attention(query))
-            x = LayerNorm(name=f"attention_norm_{index}")(_add(x, attended))
+            x = LayerNorm(name=f"attention_norm_{index}")(_add(x, attention(query)))
         x = _feed_forward(x, hidden_dim, dropout, index)
     return keras.Model(inputs, x, name=name)
 
@@ -198,35 +205,6 @@ def build_token_classifier(num_classes, **encoder_kwargs):
     encoder = build_encoder(**encoder_kwargs)
     logits = keras.layers.Dense(num_classes, name="logits")(encoder.output)
     return keras.Model(encoder.input, logits, name="token_classifier")
-
-
-def _add_input_positions(x, position, max_length):
-    if position in ("sinusoidal", "hybrid"):
-        return _add(x, SinusoidalPositionEncoding(name="sinusoidal_positions")(x))
-    if position == "learned":
-        table = LearnedPositionEmbedding(max_length, name="learned_positions")
-        return _add(x, table(x))
-    if position == "gated":
-        absolute = SinusoidalPositionEncoding(name="gated_absolute")(x)
-        fused = GatedPositionFusion(min(max_length, 32), name="gated_fusion")(absolute)
-        return _add(x, fused)
-    return x
-
-
-def _bias(position, num_heads, max_length, index, grid_shape=None):
-    if position in ("t5", "clipped", "alibi"):
-        distance = 128 if position == "t5" else min(max_length, 32)
-        return RelativePositionBias(
-            num_heads, mode=position, max_distance=distance, name=f"bias_{index}"
-        )
-    if position == "dynamic_bias" or (position == "hybrid" and grid_shape):
-        return DynamicPositionBias(
-            num_heads,
-            coordinate_dim=len(grid_shape) if grid_shape else 1,
-            grid_shape=grid_shape,
-            name=f"dynamic_bias_{index}",
-        )
-    return None
 
 
 def _feed_forward(x, hidden_dim, dropout, index):

@@ -1,4 +1,4 @@
-"""The per-layer checks every keras_posenc layer runs (see STYLE.md)."""
+"""The per-layer checks every keras_posenc layer runs (see docs/style.md)."""
 
 import numpy as np
 import tensorflow as tf

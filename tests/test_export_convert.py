@@ -7,7 +7,7 @@ from keras_posenc import IS_KERAS_3, models
 
 keras = tf.keras
 
-#: Ops with int8 kernels in TFLM (EDGE.md): a full-int8 export uses no other.
+#: Ops with int8 kernels in TFLM (docs/edge.md): a full-int8 export uses no other.
 TFLM_INT8_OPS = {
     "FULLY_CONNECTED",
     "BATCH_MATMUL",

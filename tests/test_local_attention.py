@@ -10,7 +10,7 @@ from keras_posenc import (
     RelativePositionBias,
     models,
 )
-from keras_posenc.layers._local_attention import band_mask
+from keras_posenc.ops import band_mask
 
 keras = tf.keras
 

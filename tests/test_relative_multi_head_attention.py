@@ -37,10 +37,10 @@ def attention_oracle(layer, query, value, bias=None, mask=None):
     (wq, bq), (wk, bk), (wv, bv), (wo, bo) = (
         (d.kernel.numpy(), d.bias.numpy())
         for d in (
-            layer._query_dense,
-            layer._key_dense,
-            layer._value_dense,
-            layer._output_dense,
+            layer.query_dense,
+            layer.key_dense,
+            layer.value_dense,
+            layer.output_dense,
         )
     )
     n = layer.num_heads
@@ -184,3 +184,40 @@ def test_key_and_value_of_different_lengths_are_an_error():
     layer = make()
     with pytest.raises(ValueError, match="`key` and `value` must have the same length"):
         layer(tf.zeros((1, 3, 4)), tf.zeros((1, 5, 4)), key=tf.zeros((1, 4, 4)))
+
+
+def test_projections_are_public_read_only_properties():
+    layer = make()
+    assert layer.query_dense is None
+    layer(tf.zeros((1, 3, 4)), tf.zeros((1, 5, 6)))
+    for name, width in [("query", 4), ("key", 6), ("value", 6)]:
+        dense = getattr(layer, f"{name}_dense")
+        assert isinstance(dense, keras.layers.Dense)
+        assert dense.kernel.shape == (width, 6)
+    assert layer.output_dense.kernel.shape == (6, 4)
+    with pytest.raises(AttributeError):
+        layer.query_dense = None
+
+
+def test_compute_attention_is_the_override_point():
+    seen = []
+
+    class Uniform(RelativeMultiHeadAttention):
+        def compute_attention(self, query, key, value, bias, mask, training=None):
+            seen.append((tuple(query.shape), tuple(key.shape)))
+            weights = tf.ones_like(tf.matmul(query, key, transpose_b=True))
+            weights /= tf.reduce_sum(weights, -1, keepdims=True)
+            return tf.matmul(weights, value), weights
+
+    x = np.random.normal(size=(2, 5, 4)).astype("float32")
+    layer = Uniform(num_heads=2, key_dim=3)
+    out = layer(x, x).numpy()
+    v = x @ layer.value_dense.kernel.numpy() + layer.value_dense.bias.numpy()
+    # Uniform weights: every query sees the mean value.
+    mean = v.mean(1, keepdims=True) @ layer.output_dense.kernel.numpy()
+    want = np.broadcast_to(mean + layer.output_dense.bias.numpy(), out.shape)
+    np.testing.assert_allclose(out, want, atol=1e-5)
+    assert seen == [((2, 2, 5, 3), (2, 2, 5, 3))]
+    # Block-local: the same method runs on the band, 3 blocks of W=2, 3W keys.
+    Uniform(num_heads=2, key_dim=3, attention_window=2)(x, x)
+    assert seen[-1] == ((2, 6, 2, 3), (2, 6, 6, 3))

@@ -69,12 +69,12 @@ def load_calibration(path):
 def load_model(path):
     import tensorflow as tf
 
-    from keras_posenc import _compat  # registers the package's layers
+    import keras_posenc  # registers the package's layers
 
     try:
         return tf.keras.models.load_model(path, compile=False)
     except Exception as first:
-        if _compat.IS_KERAS_3:
+        if keras_posenc.IS_KERAS_3:
             raise ValueError(f"cannot load {path}: {first}") from first
         from tflite_export.qat import quantize_scope
 

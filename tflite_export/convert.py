@@ -3,7 +3,10 @@
 import numpy as np
 import tensorflow as tf
 
-from keras_posenc._compat import IS_KERAS_3, keras, nested_layers
+import keras_posenc
+from keras_posenc.utils import nested_layers
+
+keras = tf.keras
 
 #: Conversion modes: int8 kernels and activations, int16 activations with int8
 #: weights, or the float32 reference.
@@ -120,7 +123,7 @@ def microcontroller_blockers(model):
     blockers = []
     for layer in nested_layers(model):
         config = layer.get_config() if hasattr(layer, "get_config") else {}
-        if IS_KERAS_3 and type(layer).__name__ == "Embedding":
+        if keras_posenc.IS_KERAS_3 and isinstance(layer, keras.layers.Embedding):
             blockers.append(
                 (
                     layer.name,
@@ -136,7 +139,7 @@ def microcontroller_blockers(model):
                     "or x * sigmoid(1.702 x)",
                 )
             )
-        if type(layer).__name__ == "LayerNormalization":
+        if isinstance(layer, keras.layers.LayerNormalization):
             blockers.append(
                 (
                     layer.name,

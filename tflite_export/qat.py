@@ -11,7 +11,21 @@ with two tensors, and the tensors computed inside `call` (logits, softmax,
 biases), get their int8 ranges from the representative data at conversion.
 """
 
-from keras_posenc._compat import IS_KERAS_3, REGISTERED, keras, nested_layers
+import tensorflow as tf
+
+import keras_posenc
+from keras_posenc.utils import nested_layers, package_classes
+
+keras = tf.keras
+#: `(layer class, attribute)` of the kernels QAT fake-quantizes.
+QUANTIZED_KERNELS = (
+    (keras.layers.Dense, "kernel"),
+    (keras.layers.DepthwiseConv1D, "depthwise_kernel"),
+    (keras_posenc.TokenEmbedding, "embeddings"),
+    (keras_posenc.LearnedPositionEmbedding, "embeddings"),
+)
+#: Gathers keep their table's scale: no output quantizer.
+TABLE_LOOKUPS = (keras_posenc.TokenEmbedding, keras_posenc.LearnedPositionEmbedding)
 
 
 class QuantizationError(RuntimeError):
@@ -29,7 +43,7 @@ def quantize_aware(model):
         A `keras.Model` ready for `compile` and `fit`, then for
         `tflite_export.convert`.
     """
-    if IS_KERAS_3:
+    if keras_posenc.IS_KERAS_3:
         raise QuantizationError(
             "Quantization-aware training needs Keras 2: TF-MOT rejects Keras 3 "
             "models. Set TF_USE_LEGACY_KERAS=1 before TensorFlow is imported "
@@ -42,18 +56,19 @@ def quantize_aware(model):
     qk = tfmot.quantization.keras
     config_class = _config_class(qk)
     registry = _default_registry()
+    ours = tuple(package_classes().values())
 
     def annotate(layer):
         if _reads_integers(layer):
             return layer  # TF-MOT would fake-quantize the int32 token ids
-        if type(layer).__name__ in REGISTERED and _single_tensor_calls(layer):
+        if isinstance(layer, ours) and _single_tensor_calls(layer):
             return qk.quantize_annotate_layer(layer, config_class())
         if not isinstance(layer, keras.layers.InputLayer) and registry.supports(layer):
             return qk.quantize_annotate_layer(layer)
         return layer
 
     annotated = keras.models.clone_model(model, clone_function=annotate)
-    scope = dict(REGISTERED, PosencQuantizeConfig=config_class)
+    scope = dict(package_classes(), PosencQuantizeConfig=config_class)
     with qk.quantize_scope(scope):
         return qk.quantize_apply(annotated)
 
@@ -61,23 +76,19 @@ def quantize_aware(model):
 def quantize_scope():
     """The scope that loads a saved QAT model (`with quantize_scope(): load`)."""
     qk = _tfmot().quantization.keras
-    return qk.quantize_scope(dict(REGISTERED, PosencQuantizeConfig=_config_class(qk)))
+    return qk.quantize_scope(
+        dict(package_classes(), PosencQuantizeConfig=_config_class(qk))
+    )
 
 
 def weight_owners(layer):
     """`[(owner layer, attribute)]` of the kernels QAT fake-quantizes."""
-    kinds = {
-        "Dense": "kernel",
-        "DepthwiseConv1D": "depthwise_kernel",
-        "TokenEmbedding": "embeddings",
-        "LearnedPositionEmbedding": "embeddings",
-    }
-    owners = []
-    for sublayer in nested_layers(layer):
-        attribute = kinds.get(type(sublayer).__name__)
-        if attribute is not None:
-            owners.append((sublayer, attribute))
-    return owners
+    return [
+        (sublayer, attribute)
+        for sublayer in nested_layers(layer)
+        for kind, attribute in QUANTIZED_KERNELS
+        if isinstance(sublayer, kind)
+    ]
 
 
 def _config_class(qk):
@@ -113,8 +124,8 @@ def _config_class(qk):
             return None
 
         def get_output_quantizers(self, layer):
-            if type(layer).__name__ in ("TokenEmbedding", "LearnedPositionEmbedding"):
-                return []  # a gather keeps the table's scale
+            if isinstance(layer, TABLE_LOOKUPS):
+                return []
             return [
                 quantizers.MovingAverageQuantizer(
                     num_bits=8, symmetric=False, narrow_range=False, per_axis=False
@@ -136,11 +147,11 @@ def _build_self_attention(layer):
     attentions = [
         sublayer
         for sublayer in nested_layers(layer)
-        if type(sublayer).__name__ == "RelativeMultiHeadAttention"
+        if isinstance(sublayer, keras_posenc.RelativeMultiHeadAttention)
     ]
     for attention in attentions:
-        width = attention._query_dense.kernel.shape[0]
-        for dense in (attention._key_dense, attention._value_dense):
+        width = attention.query_dense.kernel.shape[0]
+        for dense in (attention.key_dense, attention.value_dense):
             if not dense.built:
                 dense.build((None, None, width))
 

@@ -1,16 +1,44 @@
-"""The bias contract shared by every relative-position producer (STYLE.md)."""
+"""The bias contract shared by every relative-position producer (docs/style.md)."""
 
 import tensorflow as tf
 
-from keras_posenc._compat import keras
+from keras_posenc._compat import dim, keras
+from keras_posenc.layers._positions import resolve_positions
 
 
 class BiasLayer(keras.layers.Layer):
     """Base of bias producers: `(query, key, ...) -> (1, N, T, S)` or `(B, N, T, S)`.
 
-    Subclasses set `num_heads` and compute the float32 bias; `finish` gives it
-    the contract's shape and dtype. A bias has no tokens, so no mask passes on.
+    `call` resolves the query and key positions once (`positions`,
+    `key_positions`, `start_index`; keys start at 0) and hands them to
+    `bias_between`, the one method each producer implements: float32
+    positions `(T,)` / `(B, T)` (and `(S,)` / `(B, S)`) in, a float32 bias
+    `(N, T, S)` / `(B, N, T, S)` out. A producer whose bias depends only on
+    `j - i` (`translation_invariant`) is evaluated on the `T + S - 1`
+    distinct distances only when the positions are the default ranges, and
+    the row is expanded to `(T, S)`. A bias has no tokens, so no mask passes on.
     """
+
+    #: Whether the bias depends on `key_position - query_position` alone.
+    translation_invariant = True
+    #: Ranks accepted for explicit positions.
+    position_ranks = (1, 2)
+
+    def call(self, query, key=None, start_index=0, positions=None, key_positions=None):
+        key = query if key is None else key
+        if positions is None and key_positions is None and self.translation_invariant:
+            bias = self._bias_on_distinct_distances(
+                dim(query, 1), dim(key, 1), start_index
+            )
+        else:
+            q_pos = resolve_positions(
+                query, start_index, positions, self.position_ranks
+            )
+            k_pos = resolve_positions(key, 0, key_positions, self.position_ranks)
+            bias = self.bias_between(q_pos, k_pos)
+        if bias.shape.rank == 3:
+            bias = bias[None]  # (1, N, T, S)
+        return tf.cast(bias, self.compute_dtype)
 
     def compute_output_shape(self, query_shape, key_shape=None):
         key_shape = query_shape if key_shape is None else key_shape
@@ -19,8 +47,22 @@ class BiasLayer(keras.layers.Layer):
     def compute_mask(self, query, mask=None):
         return None
 
-    def finish(self, bias):
-        """`(N, T, S)` -> `(1, N, T, S)` (a batched bias stays), compute dtype."""
-        if bias.shape.rank == 3:
-            bias = bias[None]  # (1, N, T, S)
-        return tf.cast(bias, self.compute_dtype)
+    def bias_between(self, query_positions, key_positions):
+        """Float32 bias `(..., N, T, S)` between positions `(..., T)`, `(..., S)`."""
+        raise TypeError(
+            f"{type(self).__name__} must define bias_between(query_positions, "
+            "key_positions) to be a bias producer"
+        )
+
+    def _bias_on_distinct_distances(self, query_length, key_length, start_index):
+        """`(N, T, S)` from the bias of the distances `-(T-1)-start .. S-1-start`."""
+        distinct = tf.range(query_length + key_length - 1, dtype=tf.float32)
+        distinct -= tf.cast(query_length - 1, tf.float32)
+        distinct -= tf.cast(start_index, tf.float32)  # (T + S - 1,)
+        row = self.bias_between(tf.zeros([1]), distinct)[:, 0]  # (N, T + S - 1)
+        index = (
+            tf.range(key_length)[None, :]
+            - tf.range(query_length)[:, None]
+            + (query_length - 1)
+        )  # (T, S): distance j - i, shifted to the row's index
+        return tf.gather(row, index, axis=1)  # (N, T, S)

@@ -1,19 +1,26 @@
-"""Resolving `start_index` / `positions` call arguments (shared by layers)."""
+"""Resolving the `start_index` / `positions` call arguments (shared by layers)."""
 
 import tensorflow as tf
 
-from keras_posenc import ops
 from keras_posenc._compat import dim
+from keras_posenc.ops import position_range
 
 
-def query_positions(inputs, start_index=0, positions=None):
-    """Float32 positions `(T,)` or `(B, T)` for `inputs` of shape `(B, T, ...)`."""
-    if positions is not None:
-        positions = tf.cast(positions, tf.float32)
-        if positions.shape.rank not in (None, 1, 2):
-            raise ValueError(
-                "`positions` must have shape (T,) or (B, T). "
-                f"Received: positions.shape={positions.shape}"
-            )
-        return positions
-    return ops.position_range(dim(inputs, 1), start_index)
+def resolve_positions(inputs, start_index=0, positions=None, ranks=(1, 2)):
+    """Float32 positions of the tokens of `inputs` `(B, L, ...)`.
+
+    Explicit `positions` (`(L,)`, `(B, L)`, or with a trailing coordinate
+    axis where `ranks` allows it) win; otherwise `start_index, ...,
+    start_index + L - 1`, shape `(L,)`.
+    """
+    if positions is None:
+        return position_range(dim(inputs, 1), start_index)
+    positions = tf.cast(positions, tf.float32)
+    if positions.shape.rank not in (None,) + tuple(ranks):
+        shapes = {1: "(T,)", 2: "(B, T)", 3: "(B, T, C)"}
+        expected = " or ".join(shapes[rank] for rank in ranks)
+        raise ValueError(
+            f"`positions` must have shape {expected}. "
+            f"Received: positions.shape={positions.shape}"
+        )
+    return positions

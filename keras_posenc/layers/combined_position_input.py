@@ -9,7 +9,7 @@ from keras_posenc._compat import keras, register
 class CombinedPositionInput(keras.layers.Layer):
     """Joint position-content input: `concat([words, positions], axis=-1)`.
 
-    The design document's `combined_attention_input`: word embeddings
+    The `combined_attention_input` of docs/design.md: word embeddings
     `(B, T, D)` and position embeddings `(B, T, P)` (or `(1, T, P)`, broadcast
     over the batch) become one `(B, T, D + P)` input for the attention, whose
     projections then mix content and position. The Keras mask of the words

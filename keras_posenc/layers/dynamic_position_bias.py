@@ -3,15 +3,8 @@
 import tensorflow as tf
 
 from keras_posenc import _checks, ops
-from keras_posenc._compat import (
-    build_sublayer,
-    clone_initializer,
-    dim,
-    keras,
-    register,
-)
+from keras_posenc._compat import build_sublayer, clone_initializer, keras, register
 from keras_posenc.layers._bias_layer import BiasLayer
-from keras_posenc.layers._positions import query_positions
 
 
 @register
@@ -125,22 +118,6 @@ class DynamicPositionBias(BiasLayer):
             self.mlp.append(layer)
         self.built = True
 
-    def call(self, query, key=None, start_index=0, positions=None, key_positions=None):
-        key = query if key is None else tf.convert_to_tensor(key)
-        if positions is None and key_positions is None and self.grid_shape:
-            positions, key_positions = tf.range(dim(query, 1)), tf.range(dim(key, 1))
-        if positions is None and key_positions is None:
-            if self.coordinate_dim != 1:
-                _checks.fail(
-                    "positions",
-                    f"given for coordinate_dim={self.coordinate_dim}",
-                    positions,
-                )
-            bias = self._bias_on_distinct_distances(query, key, start_index)
-        else:
-            bias = self._bias_on_grid(query, key, start_index, positions, key_positions)
-        return self.finish(bias)
-
     def get_config(self):
         config = super().get_config()
         config.update(
@@ -167,21 +144,39 @@ class DynamicPositionBias(BiasLayer):
             x = layer(x)
         return x
 
-    def _bias_on_distinct_distances(self, query, key, start_index):
-        t, s = dim(query, 1), dim(key, 1)
-        # The T + S - 1 distinct distances j - i run from -(T-1) to S-1.
-        distinct = tf.range(t + s - 1, dtype=tf.float32) - tf.cast(t - 1, tf.float32)
-        distinct -= tf.cast(start_index, tf.float32)
-        table = self.heads_for(distinct[:, None])  # (T + S - 1, N)
-        index = tf.range(s)[None, :] - tf.range(t)[:, None] + (t - 1)  # (T, S)
-        return tf.gather(tf.transpose(table), index, axis=1)  # (N, T, S)
-
-    def _bias_on_grid(self, query, key, start_index, positions, key_positions):
-        q = self._coordinates(query, start_index, positions)  # (..., T, C)
-        k = self._coordinates(key, 0, key_positions)  # (..., S, C)
+    def bias_between(self, query_positions, key_positions):
+        """Float32 bias `(..., N, T, S)` between positions or coordinates."""
+        q = self._coordinates(query_positions, "positions")  # (..., T, C)
+        k = self._coordinates(key_positions, "key_positions")  # (..., S, C)
         relative = k[..., None, :, :] - q[..., :, None, :]  # (..., T, S, C)
-        bias = self.heads_for(relative)  # (..., T, S, N)
-        return ops.heads_first(bias)  # (..., N, T, S)
+        return ops.heads_first(self.heads_for(relative))  # (..., N, T, S)
+
+    @property
+    def translation_invariant(self):
+        return self.grid_shape is None and self.coordinate_dim == 1
+
+    @property
+    def position_ranks(self):
+        return (1, 2) if self.grid_shape or self.coordinate_dim == 1 else (1, 2, 3)
+
+    def _coordinates(self, positions, name):
+        """`(..., L, C)` coordinates of resolved positions `(..., L[, C])`."""
+        if self.grid_shape:
+            return self._grid(positions)
+        if self.coordinate_dim == 1:
+            return positions[..., None]
+        if positions.shape.rank == 1:
+            _checks.fail(
+                name,
+                f"given as (T, C) coordinates for coordinate_dim={self.coordinate_dim}",
+                None,
+            )
+        if positions.shape[-1] != self.coordinate_dim:
+            raise ValueError(
+                f"`{name}` must end in coordinate_dim={self.coordinate_dim}. "
+                f"Received: {name}.shape={positions.shape}"
+            )
+        return positions
 
     def _grid(self, index):
         """Row-major grid coordinates `(..., C)` of flat token indices `(...)`."""
@@ -191,20 +186,3 @@ class DynamicPositionBias(BiasLayer):
             coordinates.append(index % size)
             index //= size
         return tf.cast(tf.stack(coordinates[::-1], axis=-1), tf.float32)
-
-    def _coordinates(self, tensor, start_index, positions):
-        if self.grid_shape:
-            return self._grid(query_positions(tensor, start_index, positions))
-        if self.coordinate_dim == 1:
-            return query_positions(tensor, start_index, positions)[..., None]
-        if positions is None:
-            _checks.fail(
-                "positions", f"given for coordinate_dim={self.coordinate_dim}", None
-            )
-        positions = tf.cast(positions, tf.float32)
-        if positions.shape[-1] != self.coordinate_dim:
-            raise ValueError(
-                f"`positions` must end in coordinate_dim={self.coordinate_dim}. "
-                f"Received: positions.shape={positions.shape}"
-            )
-        return positions

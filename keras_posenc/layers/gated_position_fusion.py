@@ -10,7 +10,7 @@ from keras_posenc._compat import build_sublayer, dim, keras, register
 class GatedPositionFusion(keras.layers.Layer):
     """Gated fusion: `g * abs + (1 - g) * mean_j rel`, `g = sigmoid(W abs + b)`.
 
-    The design document's `gated_position_fusion`, made a layer so the gate's
+    The `gated_position_fusion` of docs/design.md, made a layer so the gate's
     Dense is created once (the sketch created a new one on every call). The
     absolute encoding `abs_pos` is `(B, T, D)`; the relative term is either
     a dense `(B, T, S, D)` tensor (memory `B*T*S*D`), or a relative *table*
@@ -135,7 +135,7 @@ class GatedPositionFusion(keras.layers.Layer):
 
 
 def gated_position_fusion(abs_pos, rel_pos):
-    """`g * abs_pos + (1 - g) * mean_j rel_pos`, as in the design document.
+    """`g * abs_pos + (1 - g) * mean_j rel_pos`, as in docs/design.md.
 
     Builds a `GatedPositionFusion` layer, so it works on symbolic inputs of a
     functional model in both Keras modes. Each call creates a new gate: in an

@@ -12,7 +12,7 @@ FEATURES = ("sinusoid", "conv")
 class HierarchicalPositionNetwork(keras.layers.Layer):
     """A position generator per layer: `x_l + G_l(x_l, position)`.
 
-    The design document's HPN, called as written there: `hpn(inputs,
+    The HPN of docs/design.md, called as written there: `hpn(inputs,
     layer_idx)` returns `inputs + pos_info` with `pos_info = G_g(inputs,
     position)`, `g` the generator of layer `layer_idx`. A generator that saw
     only content would be permutation-equivariant and carry no position, so
@@ -49,7 +49,7 @@ class HierarchicalPositionNetwork(keras.layers.Layer):
     Call arguments:
         inputs: tensor `(B, T, D)`, the previous layer's output.
         layer_idx: int, the index of the current layer in `[0, depth)`;
-            positional (as in the design document) or keyword.
+            positional (as in docs/design.md) or keyword.
         training: bool, whether dropout is active.
 
     Returns:

@@ -13,7 +13,7 @@ from keras_posenc.layers.relative_position_bias import RelativePositionBias
 class RecursivePositionUpdate(keras.layers.Layer):
     """`x_{l+1} = LayerNorm(x_l + Attention(x_l) + PositionUpdate(x_l))`.
 
-    The design document's recursive position update. `Attention` is a content
+    The recursive position update of docs/design.md. `Attention` is a content
     multi-head attention (`num_heads` heads of size `key_dim`).
     `PositionUpdate` is a small Transformer module that refines the position
     part of the representation: a narrow attention (`position_heads` heads of

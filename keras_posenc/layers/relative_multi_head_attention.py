@@ -1,25 +1,14 @@
 """Multi-head attention that adds a position bias to its logits."""
 
-import math
-
 import tensorflow as tf
 
 from keras_posenc import _checks, ops
-from keras_posenc._compat import (
-    IS_KERAS_3,
-    build_sublayer,
-    clone_initializer,
-    dim,
-    incoming_mask,
-    keras,
-    optional_layer,
-    register,
-)
-from keras_posenc.layers._local_attention import check_local, local_context
+from keras_posenc._compat import dim, incoming_mask, keras, optional_layer, register
+from keras_posenc.layers._projected_attention import ProjectedAttention
 
 
 @register
-class RelativeMultiHeadAttention(keras.layers.Layer):
+class RelativeMultiHeadAttention(ProjectedAttention):
     """Multi-head attention with a position bias: `softmax(QK^T/sqrt(H) + B) V`.
 
     Queries `(B, T, Dq)`, keys and values `(B, S, Dv)` of any widths are
@@ -31,7 +20,15 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
     a masked key is then invisible while some real logit in its row exceeds
     about -15, which the unmasked self/diagonal logit of any bias does).
     Softmax runs in float32 even under mixed precision. The output is
-    projected to `output_dim` (the query width by default).
+    projected to `output_dim` (the query width by default). The projections
+    are public, named as in `keras.layers.MultiHeadAttention`: `query_dense`,
+    `key_dense`, `value_dense`, `output_dense`.
+
+    Subclasses change how attention is computed by overriding one method,
+    `compute_attention(query, key, value, bias, mask, training)` (as Keras'
+    `_compute_attention`): it takes projected, scaled heads whose last two
+    axes are `(T, H)` / `(S, H)` (the `(T, 3W)` band in block-local mode),
+    and returns the context `(..., T, Hv)` and the weights `(..., T, S)`.
 
     Built from Dense projections, reshapes, transposes and BATCH_MATMUL (no
     einsum, no GELU), so with static shapes it exports to full-int8 TFLite
@@ -59,8 +56,8 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
             sequence is cut into blocks of W and each query block attends to
             its own block and the two neighbouring ones (3W keys), so time and
             memory grow linearly in T and the position bias is evaluated on
-            the `(T, 3W)` band only, never on the `(T, S)` grid. Dense
-            attention with `keras_posenc.layers._local_attention.band_mask`
+            the `(T, 3W)` band only (at the keys' true positions), never on the
+            `(T, S)` grid. Dense attention with `keras_posenc.ops.band_mask`
             gives the same result. Takes query/key Keras masks and causal
             masking, not a `(B, T, S)` `attention_mask`, `attention_bias` or
             returned scores. LSH attention is not offered: it was neither built
@@ -80,6 +77,13 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         return_attention_scores: bool, also return the `(B, N, T, S)`
             attention weights. Defaults to `False`.
         training: bool, whether dropout is active.
+        query_mask: optional boolean `(B, T)`, True at real query tokens;
+            Keras passes the query's mask here (masked queries still get a
+            finite output).
+        value_mask: optional boolean `(B, S)`, True at real value tokens;
+            Keras passes the value's mask here.
+        key_mask: optional boolean `(B, S)`, True at real key tokens; Keras
+            passes the key's mask here.
 
     Returns:
         The `(B, T, output_dim)` output, and with `return_attention_scores`
@@ -139,26 +143,6 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         self.supports_masking = True
         self._dropout_layer = keras.layers.Dropout(dropout)
 
-    def build(self, query_shape, value_shape=None, key_shape=None):
-        width = _checks.known_width(query_shape, "query")
-        heads_v = self.num_heads * (self.value_dim or self.key_dim)
-        self._query_dense = self._dense(self.num_heads * self.key_dim, "query")
-        self._key_dense = self._dense(self.num_heads * self.key_dim, "key")
-        self._value_dense = self._dense(heads_v, "value")
-        self._output_dense = self._dense(self.output_dim or width, "attention_output")
-        build_sublayer(self._query_dense, query_shape)
-        if value_shape is None and IS_KERAS_3:
-            value_shape = query_shape  # Keras 3 passes it unless self-attention
-        # Keras 2 passes only the query shape: key/value build on first call.
-        if value_shape is not None:
-            build_sublayer(self._value_dense, value_shape)
-            key_shape = key_shape if key_shape is not None else value_shape
-            build_sublayer(self._key_dense, key_shape)
-        build_sublayer(self._output_dense, tuple(query_shape[:-1]) + (heads_v,))
-        if self.position_bias is not None and not self.position_bias.built:
-            build_sublayer(self.position_bias, query_shape)
-        self.built = True
-
     def call(
         self,
         query,
@@ -177,63 +161,49 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         # first positional argument.
         value = query if value is None else tf.convert_to_tensor(value)
         key = value if key is None else tf.convert_to_tensor(key)
-        self._check_lengths(query, value, key)
-        masks = (
-            incoming_mask(query, query_mask),
-            incoming_mask(value, value_mask),
-            incoming_mask(key, key_mask),
+        self._check_call(
+            query,
+            key,
+            value,
+            attention_mask=attention_mask,
+            attention_bias=attention_bias,
+            return_attention_scores=return_attention_scores,
         )
+        query_mask = incoming_mask(query, query_mask)
+        value_mask = incoming_mask(value, value_mask)
+        key_mask = incoming_mask(key, key_mask)
+        q, k, v = self.project(query, key, value)  # (B, N, T|S, H)
         if self.attention_window is not None:
-            check_local(
-                self.attention_window,
-                query,
-                key,
-                attention_mask=attention_mask,
-                attention_bias=attention_bias,
-                return_attention_scores=return_attention_scores,
+            keys = ops.combine_masks(1, 1, value_mask=value_mask, key_mask=key_mask)
+            keys = None if keys is None else keys[:, 0]  # (B, S)
+            context = self.local_context(
+                (query, key), (q, k, v), keys, query_mask, use_causal_mask, training
             )
-        q = self._split_heads(self._query_dense(query), self.key_dim)  # (B, N, T, H)
-        k = self._split_heads(self._key_dense(key), self.key_dim)  # (B, N, S, H)
-        v = self._split_heads(self._value_dense(value), self.value_dim or self.key_dim)
-        q = q * tf.cast(1.0 / math.sqrt(self.key_dim), q.dtype)
-        if self.attention_window is not None:
-            context = local_context(
-                self, q, k, v, query, key, masks, use_causal_mask, training
-            )
-            return self._output_dense(self._merge_heads(context))
-        mask = ops.combine_masks(
-            dim(query, 1), dim(value, 1), *masks, attention_mask, use_causal_mask
-        )  # (B, T, S)
-        logits = tf.cast(tf.matmul(q, k, transpose_b=True), tf.float32)  # (B, N, T, S)
+            return self._output_dense(ops.merge_heads(context))
+        bias = None
         if self.position_bias is not None:
-            logits += tf.cast(self.position_bias(query, key), tf.float32)
+            bias = tf.cast(self.position_bias(query, key), tf.float32)
         if attention_bias is not None:
-            logits += tf.cast(attention_bias, tf.float32)
-        if mask is not None:
-            logits = tf.where(mask[:, None], logits, -ops.MASK_PENALTY)  # (B, N, T, S)
-        weights = tf.cast(tf.nn.softmax(logits, axis=-1), self.compute_dtype)
-        dropped = self._dropout_layer(weights, training=training)
-        context = tf.matmul(dropped, v)  # (B, N, T, Hv)
-        output = self._output_dense(self._merge_heads(context))  # (B, T, Dout)
+            extra = tf.cast(attention_bias, tf.float32)
+            bias = extra if bias is None else bias + extra  # (B or 1, N, T, S)
+        mask = ops.combine_masks(
+            dim(query, 1),
+            dim(value, 1),
+            query_mask,
+            value_mask,
+            key_mask,
+            attention_mask,
+            use_causal_mask,
+        )  # (B, T, S)
+        mask = None if mask is None else mask[:, None]  # (B, 1, T, S)
+        context, weights = self.compute_attention(q, k, v, bias, mask, training)
+        output = self._output_dense(ops.merge_heads(context))  # (B, T, Dout)
         if return_attention_scores:
             return output, weights
         return output
 
     def compute_output_shape(self, query_shape, value_shape=None, key_shape=None):
         return tuple(query_shape[:-1]) + (self.output_dim or query_shape[-1],)
-
-    def compute_output_spec(
-        self, query, value=None, key=None, return_attention_scores=False, **kwargs
-    ):
-        # Keras 3 only: the symbolic output, including the optional scores.
-        output = keras.KerasTensor(
-            self.compute_output_shape(query.shape), dtype=self.compute_dtype
-        )
-        if not return_attention_scores:
-            return output
-        keys = (query if value is None else value).shape[1]
-        scores_shape = (query.shape[0], self.num_heads, query.shape[1], keys)
-        return output, keras.KerasTensor(scores_shape, dtype=self.compute_dtype)
 
     def get_config(self):
         config = super().get_config()
@@ -256,32 +226,3 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
             }
         )
         return config
-
-    def _dense(self, units, name):
-        return keras.layers.Dense(
-            units,
-            use_bias=self.use_bias,
-            kernel_initializer=clone_initializer(self.kernel_initializer),
-            bias_initializer=clone_initializer(self.bias_initializer),
-            dtype=self.dtype_policy,
-            name=name,
-        )
-
-    def _split_heads(self, x, size):
-        """`(B, L, N*size)` -> `(B, N, L, size)`, with static shapes when known."""
-        x = tf.reshape(x, [-1, dim(x, 1), self.num_heads, size])
-        return tf.transpose(x, [0, 2, 1, 3])
-
-    def _merge_heads(self, x):
-        """`(B, N, T, Hv)` -> `(B, T, N*Hv)`."""
-        x = tf.transpose(x, [0, 2, 1, 3])
-        return tf.reshape(x, [-1, dim(x, 1), x.shape[2] * x.shape[3]])
-
-    @staticmethod
-    def _check_lengths(query, value, key):
-        s_v, s_k = value.shape[1], key.shape[1]
-        if s_v is not None and s_k is not None and s_v != s_k:
-            raise ValueError(
-                "`key` and `value` must have the same length. Received: "
-                f"key.shape={key.shape}, value.shape={value.shape}"
-            )

@@ -5,7 +5,6 @@ import tensorflow as tf
 from keras_posenc import _checks, ops
 from keras_posenc._compat import keras, register
 from keras_posenc.layers._bias_layer import BiasLayer
-from keras_posenc.layers._positions import query_positions
 
 MODES = ("t5", "clipped", "alibi")
 
@@ -129,14 +128,6 @@ class RelativePositionBias(BiasLayer):
             )
         self.built = True
 
-    def call(self, query, key=None, start_index=0, positions=None, key_positions=None):
-        key = query if key is None else tf.convert_to_tensor(key)
-        q_pos = query_positions(query, start_index, positions)  # (T,)|(B, T)
-        k_pos = query_positions(key, 0, key_positions)  # (S,)|(B, S)
-        relative = ops.relative_positions(q_pos, k_pos)  # (T, S)|(B, T, S)
-        bias = self.bias_from_relative(relative)  # (N, T, S)|(B, N, T, S)
-        return self.finish(bias)
-
     def get_config(self):
         config = super().get_config()
         config.update(
@@ -151,8 +142,9 @@ class RelativePositionBias(BiasLayer):
         )
         return config
 
-    def bias_from_relative(self, relative):
-        """Float32 bias `(..., N, T, S)` for relative positions `(..., T, S)`."""
+    def bias_between(self, query_positions, key_positions):
+        """Float32 bias `(..., N, T, S)` between positions `(..., T)`, `(..., S)`."""
+        relative = ops.relative_positions(query_positions, key_positions)
         if self.mode == "alibi":
             return ops.alibi_bias(relative, self.num_heads, self.bidirectional)
         relative = tf.cast(tf.round(relative), tf.int32)

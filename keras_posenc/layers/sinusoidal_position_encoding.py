@@ -4,7 +4,7 @@ import tensorflow as tf
 
 from keras_posenc import _checks, ops
 from keras_posenc._compat import keras, register
-from keras_posenc.layers._positions import query_positions
+from keras_posenc.layers._positions import resolve_positions
 
 
 @register
@@ -52,7 +52,7 @@ class SinusoidalPositionEncoding(keras.layers.Layer):
 
     def call(self, inputs, start_index=0, positions=None):
         width = _checks.known_width(inputs.shape)
-        pos = query_positions(inputs, start_index, positions)
+        pos = resolve_positions(inputs, start_index, positions)
         encoding = ops.sinusoid(pos, width, self.max_wavelength)  # (T, D)/(B, T, D)
         encoding = tf.broadcast_to(encoding, tf.shape(inputs))  # (B, T, D)
         return tf.cast(encoding, self.compute_dtype)

@@ -1,4 +1,4 @@
-"""Pure TensorFlow position functions: no Keras state, float32 position math.
+"""Position functions: sinusoids, distances, T5 buckets, clipping, ALiBi.
 
 Shape letters (see README): B batch, T query length, S key length, N heads,
 D model width, K buckets/table size.
@@ -8,12 +8,6 @@ import math
 
 import numpy as np
 import tensorflow as tf
-
-#: Masked attention logits are replaced by -MASK_PENALTY. Bounded on purpose:
-#: int8 calibration of the logits spans this constant, and -1e9 wrecks int8
-#: accuracy (EDGE.md). A masked key then gets e^-30 ~ 1e-13 of the weight of a
-#: real key whose logit is 0, whatever the padded content is.
-MASK_PENALTY = 30.0
 
 
 def position_range(length, start_index=0):
@@ -139,24 +133,6 @@ def alibi_bias(relative_position, num_heads, bidirectional=True):
     return -(left_slope[:, None, None] * before + right_slope[:, None, None] * after)
 
 
-def heads_first(bias):
-    """`(..., T, S, N)` -> `(..., N, T, S)`."""
-    rank = bias.shape.rank
-    return tf.transpose(bias, list(range(rank - 3)) + [rank - 1, rank - 3, rank - 2])
-
-
-def causal_mask(query_length, key_length):
-    """Boolean `(T, S)` mask, True where key `j <= i` (Keras' `tril` convention).
-
-    With static lengths it is a constant (it folds away in TFLite).
-    """
-    if isinstance(query_length, int) and isinstance(key_length, int):
-        return tf.constant(np.tril(np.ones((query_length, key_length), dtype=bool)))
-    rows = tf.range(query_length)[:, None]
-    cols = tf.range(key_length)[None, :]
-    return cols <= rows
-
-
 def clipped_table_mean(table, query_length, key_length, start_index=0):
     """`mean_j table[clip(j - i, -M, M) + M]` for every query `i`, in O(T*D).
 
@@ -189,36 +165,3 @@ def clipped_table_mean(table, query_length, key_length, start_index=0):
         + tf.cast(right, tf.float32)[:, None] * table[rows - 1]
     )
     return (middle + tails) / tf.cast(key_length, tf.float32)
-
-
-def combine_masks(
-    query_length,
-    key_length,
-    query_mask=None,
-    value_mask=None,
-    key_mask=None,
-    attention_mask=None,
-    causal=False,
-):
-    """Boolean `(B, T, S)` attention mask from Keras masks, or None if none.
-
-    Args:
-        query_length, key_length: ints or scalar tensors T and S.
-        query_mask: `(B, T)`; value_mask, key_mask: `(B, S)`;
-            attention_mask: `(B, T, S)`; True where allowed.
-        causal: bool, also mask keys `j > i`.
-    """
-    mask = None
-    parts = [
-        (query_mask, lambda m: m[:, :, None]),  # (B, T, 1)
-        (value_mask, lambda m: m[:, None, :]),  # (B, 1, S)
-        (key_mask, lambda m: m[:, None, :]),  # (B, 1, S)
-        (attention_mask, lambda m: m),  # (B, T, S)
-    ]
-    if causal:
-        parts.append((causal_mask(query_length, key_length), lambda m: m[None]))
-    for part, expand in parts:
-        if part is not None:
-            part = expand(tf.cast(part, tf.bool))
-            mask = part if mask is None else tf.logical_and(mask, part)
-    return mask

@@ -1,0 +1,46 @@
+"""Pure TensorFlow functions: no Keras state, float32 position math.
+
+`keras_posenc.ops` gathers the position functions (`positions`), the
+attention plumbing (`attention`: masks, head layout) and the block-local
+attention functions (`blocks`). Shape letters: see the README.
+"""
+
+from keras_posenc.ops import blocks
+from keras_posenc.ops.attention import (
+    MASK_PENALTY,
+    band_mask,
+    causal_mask,
+    combine_masks,
+    heads_first,
+    merge_heads,
+    split_heads,
+)
+from keras_posenc.ops.positions import (
+    alibi_bias,
+    alibi_slopes,
+    clipped_relative_index,
+    clipped_table_mean,
+    position_range,
+    relative_positions,
+    sinusoid,
+    t5_relative_position_bucket,
+)
+
+__all__ = [
+    "MASK_PENALTY",
+    "alibi_bias",
+    "alibi_slopes",
+    "band_mask",
+    "blocks",
+    "causal_mask",
+    "clipped_relative_index",
+    "clipped_table_mean",
+    "combine_masks",
+    "heads_first",
+    "merge_heads",
+    "position_range",
+    "relative_positions",
+    "sinusoid",
+    "split_heads",
+    "t5_relative_position_bucket",
+]

@@ -1,0 +1,95 @@
+"""Attention plumbing: masks, the block-local band mask, head layout.
+
+Shape letters (README): B batch, T query length, S key length, N heads,
+H head size, W attention window.
+"""
+
+import numpy as np
+import tensorflow as tf
+
+from keras_posenc._compat import dim
+
+#: Masked attention logits are replaced by -MASK_PENALTY. Bounded on purpose:
+#: int8 calibration of the logits spans this constant, and -1e9 wrecks int8
+#: accuracy (docs/edge.md). A masked key then gets e^-30 ~ 1e-13 of the weight
+#: of a real key whose logit is 0, whatever the padded content is.
+MASK_PENALTY = 30.0
+
+
+def causal_mask(query_length, key_length):
+    """Boolean `(T, S)` mask, True where key `j <= i` (Keras' `tril` convention).
+
+    With static lengths it is a constant (it folds away in TFLite).
+    """
+    if isinstance(query_length, int) and isinstance(key_length, int):
+        return tf.constant(np.tril(np.ones((query_length, key_length), dtype=bool)))
+    rows = tf.range(query_length)[:, None]
+    cols = tf.range(key_length)[None, :]
+    return cols <= rows
+
+
+def band_mask(length, window, causal=False):
+    """Boolean `(T, T)` mask of the keys each query sees in block-local attention.
+
+    Query `i` in block `b = i // W` sees keys in blocks `b - 1, b, b + 1`
+    (and only keys `j <= i` when causal). Dense attention with this mask
+    equals block-local attention (`keras_posenc.ops.blocks`).
+    """
+    index = tf.range(length)
+    block = index // window
+    distance = block[None, :] - block[:, None]  # (T, T)
+    mask = tf.abs(distance) <= 1
+    if causal:
+        mask = tf.logical_and(mask, index[None, :] <= index[:, None])
+    return mask
+
+
+def combine_masks(
+    query_length,
+    key_length,
+    query_mask=None,
+    value_mask=None,
+    key_mask=None,
+    attention_mask=None,
+    causal=False,
+):
+    """Boolean `(B, T, S)` attention mask from Keras masks, or None if none.
+
+    Args:
+        query_length, key_length: ints or scalar tensors T and S.
+        query_mask: `(B, T)`; value_mask, key_mask: `(B, S)`;
+            attention_mask: `(B, T, S)`; True where allowed.
+        causal: bool, also mask keys `j > i`.
+    """
+    mask = None
+    parts = [
+        (query_mask, lambda m: m[:, :, None]),  # (B, T, 1)
+        (value_mask, lambda m: m[:, None, :]),  # (B, 1, S)
+        (key_mask, lambda m: m[:, None, :]),  # (B, 1, S)
+        (attention_mask, lambda m: m),  # (B, T, S)
+    ]
+    if causal:
+        parts.append((causal_mask(query_length, key_length), lambda m: m[None]))
+    for part, expand in parts:
+        if part is not None:
+            part = expand(tf.cast(part, tf.bool))
+            mask = part if mask is None else tf.logical_and(mask, part)
+    return mask
+
+
+def split_heads(x, num_heads):
+    """`(B, L, N*H)` -> `(B, N, L, H)`, with static shapes when known."""
+    x = tf.reshape(x, [-1, dim(x, 1), num_heads, x.shape[-1] // num_heads])
+    return tf.transpose(x, [0, 2, 1, 3])
+
+
+def merge_heads(x):
+    """`(B, N, L, H)` -> `(B, L, N*H)`."""
+    x = tf.transpose(x, [0, 2, 1, 3])
+    return tf.reshape(x, [-1, dim(x, 1), x.shape[2] * x.shape[3]])
+
+
+def heads_first(bias):
+    """`(..., T, S, N)` -> `(..., N, T, S)`."""
+    rank = bias.shape.rank
+    return tf.transpose(bias, list(range(rank - 3)) + [rank - 1, rank - 3, rank - 2])

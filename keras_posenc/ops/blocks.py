@@ -1,0 +1,121 @@
+"""Block-local attention as pure functions: blocking, the band, unblocking.
+
+The sequence is cut into nb = ceil(T / W) blocks of W (padded to Tp = nb W);
+each query block sees the keys of its own block and of both neighbours, a
+band of 3W keys. Heads and blocks share one axis so every tensor stays rank
+<= 4, and padding is a CONCATENATION with zeros, so the graph exports to TFLM.
+Dense attention under `keras_posenc.ops.band_mask` gives the same result.
+"""
+
+import tensorflow as tf
+
+from keras_posenc._compat import dim
+
+
+def block_positions(length, window):
+    """int32 positions of each block's queries `(nb, W)` and band keys `(nb, 3W)`."""
+    blocks = -(-length // window)  # ceil
+    query_pos = tf.reshape(tf.range(blocks * window), [blocks, window])
+    key_pos = tf.concat([query_pos - window, query_pos, query_pos + window], 1)
+    return query_pos, key_pos
+
+
+def to_blocks(x, window):
+    """Queries `(B, N, T, H)` -> `(B, N*nb, W, H)`."""
+    blocks = -(-dim(x, 2) // window)
+    return _fold(_pad_to(x, blocks * window), blocks, window)
+
+
+def to_band(x, window):
+    """Keys or values `(B, N, T, H)` -> their band `(B, N*nb, 3W, H)`."""
+    blocks = -(-dim(x, 2) // window)
+    padded = blocks * window
+    zeros = tf.zeros_like(x[:, :, :window])
+    if x.shape[2] is not None and x.shape[2] < window:
+        shape = tf.concat([tf.shape(x)[:2], [window], tf.shape(x)[3:]], 0)
+        zeros = tf.zeros(shape, x.dtype)
+    framed = tf.concat([zeros, _pad_to(x, padded), zeros], axis=2)  # Tp + 2W
+    views = [
+        _fold(framed[:, :, start : start + padded], blocks, window)
+        for start in (0, window, 2 * window)
+    ]
+    return tf.concat(views, axis=2)
+
+
+def fold_bias(bias):
+    """A per-block bias `(nb, N, W, 3W)` -> `(1, N*nb, W, 3W)`."""
+    bias = tf.transpose(bias, [1, 0, 2, 3])  # (N, nb, W, 3W)
+    return tf.reshape(bias, [1, -1, bias.shape[2], bias.shape[3]])
+
+
+def band_allowed(
+    query_pos, key_pos, length, num_heads, key_mask=None, query_mask=None, causal=False
+):
+    """Boolean `(B or 1, N*nb, W, 3W)`: which band keys each query may see.
+
+    Args:
+        query_pos, key_pos: `block_positions(length, window)`.
+        length: int or scalar tensor T.
+        num_heads: int N.
+        key_mask, query_mask: boolean `(B, T)` or None.
+        causal: bool, also hide keys `j > i`.
+    """
+    blocks, window = query_pos.shape[0], query_pos.shape[1]
+    if blocks is None:
+        blocks = tf.shape(query_pos)[0]
+    allowed = tf.logical_and(key_pos >= 0, key_pos < length)[:, None, :]
+    if causal:
+        allowed = tf.logical_and(allowed, key_pos[:, None, :] <= query_pos[:, :, None])
+    allowed = tf.broadcast_to(allowed, [blocks, window, 3 * window])[None, None]
+    padded = blocks * window
+    if key_mask is not None:
+        keys = _band_of_mask(key_mask, padded, blocks, window)  # (B, nb, 3W)
+        allowed = tf.logical_and(allowed, keys[:, None, :, None, :])
+    if query_mask is not None:
+        rows = tf.reshape(_pad_mask(query_mask, padded), [-1, blocks, window])
+        allowed = tf.logical_and(allowed, rows[:, None, :, :, None])
+    allowed = tf.broadcast_to(
+        allowed, [tf.shape(allowed)[0], num_heads, blocks, window, 3 * window]
+    )
+    return tf.reshape(allowed, [-1, num_heads * blocks, window, 3 * window])
+
+
+def from_blocks(context, num_heads, length):
+    """`(B, N*nb, W, Hv)` -> `(B, N, T, Hv)`."""
+    blocks = dim(context, 1) // num_heads
+    context = tf.reshape(
+        context, [-1, num_heads, blocks * context.shape[2], context.shape[-1]]
+    )
+    return context[:, :, :length]
+
+
+def _fold(x, blocks, window):
+    """`(B, N, Tp, H)` -> `(B, N*nb, W, H)`."""
+    return tf.reshape(x, [-1, x.shape[1] * blocks, window, x.shape[-1]])
+
+
+def _pad_to(x, padded):
+    """Zero-pads axis 2 of `(B, N, T, H)` to `padded` with a concatenation."""
+    extra = padded - dim(x, 2)
+    if isinstance(extra, int) and extra == 0:
+        return x
+    shape = tf.concat([tf.shape(x)[:2], [extra], tf.shape(x)[3:]], 0)
+    return tf.concat([x, tf.zeros(shape, x.dtype)], axis=2)
+
+
+def _pad_mask(mask, padded):
+    mask = tf.cast(mask, tf.bool)
+    extra = padded - dim(mask, 1)
+    return tf.concat([mask, tf.zeros([tf.shape(mask)[0], extra], tf.bool)], 1)
+
+
+def _band_of_mask(mask, padded, blocks, window):
+    """`(B, T)` key mask -> `(B, nb, 3W)` for the band."""
+    mask = _pad_mask(mask, padded)
+    edge = tf.zeros([tf.shape(mask)[0], window], tf.bool)
+    framed = tf.concat([edge, mask, edge], axis=1)
+    views = [
+        tf.reshape(framed[:, start : start + padded], [-1, blocks, window])
+        for start in (0, window, 2 * window)
+    ]
+    return tf.concat(views, axis=2)

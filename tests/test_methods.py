@@ -1,0 +1,75 @@
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_posenc import RelativeMultiHeadAttention, RelativePositionBias, methods
+from keras_posenc.models import POSITION_METHODS, build_encoder
+from keras_posenc.utils import nested_layers
+
+
+def test_every_builder_method_is_a_row():
+    assert POSITION_METHODS == tuple(methods.METHODS)
+    for record in methods.METHODS.values():
+        assert set(record.options.values()) <= set(methods.PARTS)
+
+
+@pytest.mark.parametrize("position", ["t5", "clipped"])
+def test_position_options_reach_the_bias_layers(position):
+    model = build_encoder(
+        vocab_size=9,
+        hidden_dim=8,
+        num_heads=2,
+        position=position,
+        position_options={"max_distance": 20, "bidirectional": False},
+    )
+    biases = [
+        layer
+        for layer in nested_layers(model)
+        if isinstance(layer, RelativePositionBias)
+    ]
+    assert len(biases) == 2
+    assert all(b.max_distance == 20 and not b.bidirectional for b in biases)
+
+
+def test_defaults_follow_max_length_unless_overridden():
+    parts = methods.METHODS["clipped"].resolve_options(None, max_length=10)
+    assert parts["bias"] == {"max_distance": 10}
+    parts = methods.METHODS["gated"].resolve_options({"max_distance": 3}, 100)
+    assert parts["fusion"] == {"max_distance": 3}
+
+
+def test_unknown_position_option_is_refused():
+    with pytest.raises(ValueError, match="`position_options` must be a dict with keys"):
+        build_encoder(
+            vocab_size=9, position="alibi", position_options={"num_buckets": 8}
+        )
+
+
+@pytest.mark.parametrize("position", ["t5", "recursive", "hybrid"])
+def test_dropout_means_attention_weights_in_every_method(position):
+    model = build_encoder(
+        vocab_size=9, hidden_dim=8, num_heads=2, position=position, dropout=0.25
+    )
+    attentions = [
+        layer
+        for layer in nested_layers(model)
+        if isinstance(layer, RelativeMultiHeadAttention)
+    ]
+    assert attentions and all(a.dropout == 0.25 for a in attentions)
+
+
+def test_adding_a_method_is_adding_a_row(monkeypatch):
+    row = methods.PositionMethod(
+        input_positions="sinusoidal", bias="relative", bias_arguments={"mode": "alibi"}
+    )
+    monkeypatch.setitem(methods.METHODS, "alibi_sinusoidal", row)
+    model = build_encoder(
+        vocab_size=9, hidden_dim=8, num_heads=2, position="alibi_sinusoidal"
+    )
+    names = {layer.name for layer in model.layers}
+    assert {"sinusoidal_positions", "attention_0", "attention_1"} <= names
+    bias = model.get_layer("attention_0").position_bias
+    assert bias.mode == "alibi"
+    out = model(np.arange(1, 7)[None])
+    assert out.shape == (1, 6, 8) and np.all(np.isfinite(out))
+    assert isinstance(bias, tf.keras.layers.Layer)
