@@ -1,9 +1,9 @@
-"""`python -m benchmarks [--quick] [--only accuracy speed memory edge local]`."""
+"""`python -m benchmarks [--quick] [--only speed local memory edge accuracy rope]`."""
 
 import argparse
 import time
 
-from benchmarks import accuracy, edge, local, memory, speed
+from benchmarks import accuracy, edge, local, memory, rope, speed
 
 BENCHMARKS = {
     "speed": speed,
@@ -11,6 +11,7 @@ BENCHMARKS = {
     "memory": memory,
     "edge": edge,
     "accuracy": accuracy,
+    "rope": rope,
 }
 
 

@@ -4,19 +4,10 @@ import numpy as np
 import tensorflow as tf
 
 from benchmarks._common import write
-from keras_posenc import datasets, models, synthetic
+from keras_posenc import models, recipes, synthetic
 
 keras = tf.keras
 SCALES = (1, 2, 4, 8)
-
-
-def _compile(model):
-    model.compile(
-        keras.optimizers.Adam(3e-3),
-        keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-        metrics=["accuracy"],
-    )
-    return model
 
 
 #: Block-local variants, measured on the relative task too: `(name, method, W)`.
@@ -36,7 +27,7 @@ def synthetic_rows(length, examples, epochs):
             variants += list(LOCAL_VARIANTS)
         for position, method, window in variants:
             keras.utils.set_random_seed(0)
-            model = _compile(
+            model = recipes.compile_classifier(
                 models.build_token_classifier(
                     10,
                     vocab_size=10,
@@ -46,7 +37,8 @@ def synthetic_rows(length, examples, epochs):
                     position=method,
                     max_length=8 * length,
                     attention_window=window,
-                )
+                ),
+                3e-3,
             )
             model.fit(x, y, epochs=epochs, batch_size=64, verbose=0)
             accuracy = []
@@ -62,24 +54,13 @@ def synthetic_rows(length, examples, epochs):
 
 
 def digits_rows(epochs):
-    x, y = datasets.digits_patches()
-    split = int(0.8 * len(x))
+    (train_x, train_y), (test_x, test_y) = recipes.digits_data()
     rows = []
     for position in models.POSITION_METHODS:
         keras.utils.set_random_seed(0)
-        model = _compile(
-            models.build_classifier(
-                10,
-                input_dim=4,
-                sequence_length=16,
-                hidden_dim=64,
-                num_heads=4,
-                dropout=0.1,
-                position=position,
-            )
-        )
-        model.fit(x[:split], y[:split], epochs=epochs, batch_size=32, verbose=0)
-        accuracy = model.evaluate(x[split:], y[split:], verbose=0)[1]
+        model = recipes.digits_classifier(position, hidden_dim=64, dropout=0.1)
+        model.fit(train_x, train_y, epochs=epochs, batch_size=32, verbose=0)
+        accuracy = model.evaluate(test_x, test_y, verbose=0)[1]
         rows.append([position, f"{accuracy:.3f}"])
     return rows
 

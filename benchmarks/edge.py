@@ -2,12 +2,11 @@
 
 import time
 
-import numpy as np
 import tensorflow as tf
 
 import tflite_export
 from benchmarks._common import write
-from keras_posenc import datasets, models
+from keras_posenc import models, recipes
 
 keras = tf.keras
 
@@ -18,9 +17,9 @@ def _latency_ms(model_bytes, example, repeats=100):
     interpreter = Interpreter(model_content=model_bytes)
     interpreter.allocate_tensors()
     detail = interpreter.get_input_details()[0]
-    scale, zero = detail["quantization"]
-    value = example if scale == 0 else np.round(example / scale + zero)
-    interpreter.set_tensor(detail["index"], value.astype(detail["dtype"])[None])
+    interpreter.set_tensor(
+        detail["index"], tflite_export.quantize(example, detail)[None]
+    )
     interpreter.invoke()
     start = time.perf_counter()
     for _ in range(repeats):
@@ -29,37 +28,24 @@ def _latency_ms(model_bytes, example, repeats=100):
 
 
 def run(quick):
-    x, y = datasets.digits_patches()
-    split = int(0.8 * len(x))
+    (train_x, train_y), (test_x, test_y) = recipes.digits_data()
     epochs = 5 if quick else 30
     rows = []
     for position in models.POSITION_METHODS:
         keras.utils.set_random_seed(0)
-        model = models.build_classifier(
-            10,
-            input_dim=4,
-            sequence_length=16,
-            hidden_dim=64,
-            num_heads=4,
-            position=position,
-        )
-        model.compile(
-            keras.optimizers.Adam(2e-3),
-            keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-            metrics=["accuracy"],
-        )
-        model.fit(x[:split], y[:split], epochs=epochs, batch_size=32, verbose=0)
-        float_accuracy = model.evaluate(x[split:], y[split:], verbose=0)[1]
-        int8 = tflite_export.convert(model, x[:split], "int8")
-        float32 = tflite_export.convert(model, x[:split], "float32")
-        report = tflite_export.verify(int8, None, x[split:], y[split:])
+        model = recipes.digits_classifier(position, hidden_dim=64)
+        model.fit(train_x, train_y, epochs=epochs, batch_size=32, verbose=0)
+        float_accuracy = model.evaluate(test_x, test_y, verbose=0)[1]
+        int8 = tflite_export.convert(model, train_x, "int8")
+        float32 = tflite_export.convert(model, train_x, "float32")
+        report = tflite_export.verify(int8, None, test_x, test_y)
         rows.append(
             [
                 position,
                 len(float32),
                 len(int8),
                 f"{len(int8) / len(float32):.2f}",
-                f"{_latency_ms(int8, x[0]):.2f}",
+                f"{_latency_ms(int8, test_x[0]):.2f}",
                 report.arena_bytes,
                 f"{float_accuracy:.3f}",
                 f"{report.accuracy_litert:.3f}",

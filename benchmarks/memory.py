@@ -8,22 +8,19 @@ from benchmarks._common import peak_rss_mb, write
 
 def measure(kind, length, batch=4, width=64, distance=16):
     """One measurement, printed as JSON (run in its own process)."""
-    import numpy as np
     import tensorflow as tf
 
     from benchmarks._common import median_seconds, own_peak_rss_mb
-    from keras_posenc import GatedPositionFusion
+    from keras_posenc import GatedPositionFusion, ops
 
     fusion = GatedPositionFusion()
     absolute = tf.random.normal((batch, length, width))
     table = tf.random.normal((2 * distance + 1, width))
     if kind == "dense":
-        rel = np.arange(length)[None, :] - np.arange(length)[:, None]
-        index = tf.constant(np.clip(rel, -distance, distance) + distance)
 
         @tf.function
         def step():
-            dense = tf.gather(table, index)[None]  # (1, T, T, D)
+            dense = ops.dense_relative_table(table, length, length)[None]
             dense = tf.broadcast_to(dense, (batch, length, length, width))
             return fusion(absolute, dense)
     else:

@@ -8,6 +8,7 @@ from keras_posenc import (
     DynamicPositionBias,
     RelativeMultiHeadAttention,
     RelativePositionBias,
+    RotaryEmbedding,
     models,
 )
 
@@ -50,11 +51,18 @@ def attention_table(batch, length, width, heads):
                 RelativeMultiHeadAttention(heads, key_dim, position_bias=bias),
             )
         )
-    rows, reference = [], {}
+    layers.append(
+        (
+            "RelativeMultiHeadAttention (rope)",
+            RelativeMultiHeadAttention(heads, key_dim, rotary=RotaryEmbedding()),
+        )
+    )
+    rows, reference, times = [], {}, {}
     for name, layer in layers:
         graph = median_seconds(_fwd_bwd(layer, x))
         xla = median_seconds(_fwd_bwd(layer, x, xla=True))
         reference = reference or {"graph": graph, "xla": xla}
+        times[name] = (graph, xla)
         rows.append(
             (
                 name,
@@ -66,7 +74,9 @@ def attention_table(batch, length, width, heads):
                 f"{flops / xla / peak:.2f}",
             )
         )
-    return rows, peak
+    plain = times["RelativeMultiHeadAttention (none)"]
+    rope = times["RelativeMultiHeadAttention (rope)"]
+    return rows, peak, (rope[0] / plain[0], rope[1] / plain[1])
 
 
 def step_table(batch, length, width):
@@ -91,7 +101,7 @@ def step_table(batch, length, width):
 
 def run(quick):
     batch, length, width, heads = (4, 256, 128, 8) if quick else (8, 512, 256, 8)
-    rows, peak = attention_table(batch, length, width, heads)
+    rows, peak, rope = attention_table(batch, length, width, heads)
     write(
         "speed_attention",
         f"Attention forward+backward, B={batch} T={length} D={width} N={heads}",
@@ -108,6 +118,8 @@ def run(quick):
         [
             f"tf.matmul 1024x1024 reaches {peak / 1e9:.1f} GFLOP/s on this machine",
             "goal: relative-bias attention at most 1.05x Keras' attention time",
+            f"rope / no positions, same layer: {rope[0]:.2f}x graph, {rope[1]:.2f}x "
+            "XLA (goal: at most 1.10x)",
         ],
     )
     step_batch, step_length = (8, 64) if quick else (16, 256)

@@ -19,39 +19,28 @@ import numpy as np
 import tensorflow as tf
 
 import tflite_export
-from keras_posenc import datasets, models, viz
+from keras_posenc import recipes, viz
 
 keras = tf.keras
 GRID = (4, 4)
 
 
-def build(hidden_dim=64):
-    model = models.build_classifier(
-        10,
-        input_dim=4,
-        sequence_length=16,
-        hidden_dim=hidden_dim,
-        num_heads=4,
-        num_layers=2,
-        dropout=0.1,
-        position="hybrid",
-        grid_shape=GRID,
-    )
-    return model
-
-
-def train(model, x, y, epochs, verbose):
+def train(x, y, epochs, verbose, hidden_dim=64):
+    """The hybrid classifier with 2-D grid positions, trained with cosine decay."""
     steps = epochs * int(np.ceil(len(x) * 0.9 / 32))
     schedule = keras.optimizers.schedules.CosineDecay(2e-3, steps, alpha=0.05)
-    model.compile(
-        keras.optimizers.Adam(schedule),
-        keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-        metrics=["accuracy"],
+    model = recipes.digits_classifier(
+        "hybrid",
+        hidden_dim=hidden_dim,
+        learning_rate=schedule,
+        num_layers=2,
+        dropout=0.1,
+        grid_shape=GRID,
     )
     history = model.fit(
         x, y, epochs=epochs, batch_size=32, validation_split=0.1, verbose=verbose
     )
-    return history.history
+    return model, history.history
 
 
 def save_plots(model, history, x, out):
@@ -83,15 +72,15 @@ def main(argv=None):
     start = time.time()
     args.out.mkdir(parents=True, exist_ok=True)
     keras.utils.set_random_seed(0)
-    x, y = datasets.digits_patches()
-    split = int(0.8 * len(x))
+    (train_x, train_y), (test_x, test_y) = recipes.digits_data(
+        limit=300 if args.quick else None
+    )
     if args.quick:
-        x, y, split, args.epochs = x[:300], y[:300], 240, 1
-    train_x, train_y, test_x, test_y = x[:split], y[:split], x[split:], y[split:]
-
-    model = build(16 if args.quick else 64)
+        args.epochs = 1
     verbose = 0 if args.quick else 1
-    history = train(model, train_x, train_y, args.epochs, verbose)
+    model, history = train(
+        train_x, train_y, args.epochs, verbose, 16 if args.quick else 64
+    )
     float_accuracy = model.evaluate(test_x, test_y, verbose=0)[1]
 
     int8 = tflite_export.convert(model, train_x, mode="int8")

@@ -10,7 +10,7 @@ import argparse
 
 import tensorflow as tf
 
-from keras_posenc import datasets, models
+from keras_posenc import recipes
 
 keras = tf.keras
 
@@ -34,32 +34,21 @@ def main(argv=None):
     args = parser.parse_args(argv)
     devices = split_cpu()
     strategy = tf.distribute.MirroredStrategy(devices)
-    x, y = datasets.digits_patches()
+    (train_x, train_y), (test_x, test_y) = recipes.digits_data(
+        limit=256 if args.quick else None
+    )
     if args.quick:
-        x, y, args.epochs = x[:256], y[:256], 1
+        args.epochs = 1
     with strategy.scope():
-        model = models.build_classifier(
-            10,
-            input_dim=4,
-            sequence_length=16,
-            hidden_dim=32,
-            num_heads=4,
-            position="hybrid",
-        )
-        model.compile(
-            keras.optimizers.Adam(2e-3),
-            keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-            metrics=["accuracy"],
-        )
-    split = int(0.8 * len(x))
+        model = recipes.digits_classifier("hybrid", hidden_dim=32)
     model.fit(
-        x[:split],
-        y[:split],
+        train_x,
+        train_y,
         epochs=args.epochs,
         batch_size=64,
         verbose=0 if args.quick else 2,
     )
-    accuracy = model.evaluate(x[split:], y[split:], verbose=0)[1]
+    accuracy = model.evaluate(test_x, test_y, verbose=0)[1]
     print(f"replicas: {strategy.num_replicas_in_sync}, test accuracy: {accuracy:.4f}")
     return strategy.num_replicas_in_sync, accuracy
 

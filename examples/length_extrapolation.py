@@ -12,7 +12,7 @@ import argparse
 
 import tensorflow as tf
 
-from keras_posenc import models, synthetic
+from keras_posenc import models, recipes, synthetic
 
 keras = tf.keras
 
@@ -45,11 +45,7 @@ def main(argv=None):
             max_length=max(scales) * args.length,
             attention_window=args.window,
         )
-        model.compile(
-            keras.optimizers.Adam(3e-3),
-            keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-            metrics=["accuracy"],
-        )
+        recipes.compile_classifier(model, 3e-3)
         model.fit(x, y, epochs=epochs, batch_size=64, verbose=0)
         results[method] = [
             model.evaluate(

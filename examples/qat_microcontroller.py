@@ -18,18 +18,9 @@ import pathlib  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import tflite_export  # noqa: E402
-from keras_posenc import datasets, models  # noqa: E402
+from keras_posenc import recipes  # noqa: E402
 
 keras = tf.keras
-
-
-def _compile(model, learning_rate):
-    model.compile(
-        keras.optimizers.Adam(learning_rate),
-        keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-        metrics=["accuracy"],
-    )
-    return model
 
 
 def main(argv=None):
@@ -38,29 +29,18 @@ def main(argv=None):
     parser.add_argument("--quick", action="store_true", help="tiny run for tests")
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
-    x, y = datasets.digits_patches()
     epochs, qat_epochs = (1, 1) if args.quick else (25, 5)
-    if args.quick:
-        x, y = x[:256], y[:256]
-    split = int(0.8 * len(x))
-    keras.utils.set_random_seed(0)
-    model = _compile(
-        models.build_classifier(
-            10,
-            input_dim=4,
-            sequence_length=16,
-            hidden_dim=32,
-            num_heads=4,
-            position="hybrid",
-        ),
-        2e-3,
+    (train_x, train_y), (test_x, test_y) = recipes.digits_data(
+        limit=256 if args.quick else None
     )
-    model.fit(x[:split], y[:split], epochs=epochs, batch_size=32, verbose=0)
-    float_accuracy = model.evaluate(x[split:], y[split:], verbose=0)[1]
-    qat = _compile(tflite_export.quantize_aware(model), 2e-4)
-    qat.fit(x[:split], y[:split], epochs=qat_epochs, batch_size=32, verbose=0)
-    model_bytes = tflite_export.convert(qat, x[:split], mode="int8")
-    report = tflite_export.verify(model_bytes, None, x[split:], y[split:])
+    keras.utils.set_random_seed(0)
+    model = recipes.digits_classifier("hybrid", hidden_dim=32)
+    model.fit(train_x, train_y, epochs=epochs, batch_size=32, verbose=0)
+    float_accuracy = model.evaluate(test_x, test_y, verbose=0)[1]
+    qat = recipes.compile_classifier(tflite_export.quantize_aware(model), 2e-4)
+    qat.fit(train_x, train_y, epochs=qat_epochs, batch_size=32, verbose=0)
+    model_bytes = tflite_export.convert(qat, train_x, mode="int8")
+    report = tflite_export.verify(model_bytes, None, test_x, test_y)
     tflite_export.atomic_write(args.out / "digits_qat.tflite", model_bytes, force=True)
     tflite_export.write_c_array(model_bytes, args.out / "digits_qat.cc", force=True)
     print(f"float accuracy {float_accuracy:.4f}")

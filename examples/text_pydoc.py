@@ -13,7 +13,7 @@ import argparse
 import numpy as np
 import tensorflow as tf
 
-from keras_posenc import models
+from keras_posenc import models, recipes
 
 keras = tf.keras
 LENGTH, VOCAB, TOPICS = 48, 4000, 6
@@ -69,11 +69,7 @@ def main(argv=None):
         dropout=0.1,
         mask_zero=True,
     )
-    model.compile(
-        keras.optimizers.Adam(1e-3),
-        keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-        metrics=["accuracy"],
-    )
+    recipes.compile_classifier(model, 1e-3)
     model.fit(
         x[:split],
         y[:split],

@@ -21,6 +21,7 @@ from keras_posenc.layers.relative_multi_head_attention import (
     RelativeMultiHeadAttention,
 )
 from keras_posenc.layers.relative_position_bias import RelativePositionBias
+from keras_posenc.layers.rotary_embedding import RotaryEmbedding
 from keras_posenc.layers.sinusoidal_position_encoding import (
     SinusoidalPositionEncoding,
 )
@@ -39,6 +40,7 @@ __all__ = [
     "RecursivePositionUpdate",
     "RelativeMultiHeadAttention",
     "RelativePositionBias",
+    "RotaryEmbedding",
     "SinusoidalPositionEncoding",
     "TokenEmbedding",
     "combined_attention_input",

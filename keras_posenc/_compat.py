@@ -18,17 +18,21 @@ def register(cls):
     return keras.utils.register_keras_serializable(package="keras_posenc")(cls)
 
 
-def optional_layer(name, value):
-    """A layer argument: a Layer, None, or a `keras.layers.serialize` dict.
+def optional_layer(name, value, kind=None):
+    """A layer argument: a Layer (of class `kind`), None, or a serialized dict.
 
     Keras 2's legacy (H5) loader looks classes up by plain name, so the
     package's classes are passed explicitly when deserializing.
     """
     if isinstance(value, dict):
         value = keras.layers.deserialize(value, custom_objects=REGISTERED)
-    if value is not None and not isinstance(value, keras.layers.Layer):
+    kind = kind or keras.layers.Layer
+    if value is not None and not isinstance(value, kind):
+        expected = (
+            "a Keras layer" if kind is keras.layers.Layer else f"a {kind.__name__}"
+        )
         raise TypeError(
-            f"`{name}` must be a Keras layer or None. Received: {name}={value!r}"
+            f"`{name}` must be {expected} or None. Received: {name}={value!r}"
         )
     return value
 
@@ -62,3 +66,15 @@ def not_equal(x, value):
     if IS_KERAS_3:
         return keras.ops.not_equal(x, value)
     return tf.not_equal(x, value)
+
+
+def add_float32_weight(layer, **kwargs):
+    """A float32 weight that mixed precision never casts down when read."""
+    kwargs.update(dtype="float32")
+    kwargs["autocast" if IS_KERAS_3 else "experimental_autocast"] = False
+    return layer.add_weight(**kwargs)
+
+
+def serialize_layer(layer):
+    """`keras.layers.serialize(layer)`, or None for no layer (configs)."""
+    return None if layer is None else keras.layers.serialize(layer)

@@ -13,12 +13,13 @@ from keras_posenc.layers.dynamic_position_bias import DynamicPositionBias
 from keras_posenc.layers.gated_position_fusion import GatedPositionFusion
 from keras_posenc.layers.learned_position_embedding import LearnedPositionEmbedding
 from keras_posenc.layers.relative_position_bias import RelativePositionBias
+from keras_posenc.layers.rotary_embedding import RotaryEmbedding
 from keras_posenc.layers.sinusoidal_position_encoding import (
     SinusoidalPositionEncoding,
 )
 
 #: Where a position option goes: the constructor of that part's layer.
-PARTS = ("sinusoid", "learned", "fusion", "bias", "generator", "block")
+PARTS = ("sinusoid", "learned", "fusion", "bias", "generator", "block", "rotary")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,6 +40,8 @@ class PositionMethod:
         generator_from: int, the first layer the generator feeds.
         recursive: bool, the layers are `RecursivePositionUpdate` blocks.
         combined_input: bool, the first attention reads `[x, sinusoid(x)]`.
+        rotary: dict or None, fixed `RotaryEmbedding` arguments: every
+            attention rotates its queries and keys (axial over `grid_shape`).
         options: dict, `{option: part}` for the `position_options` taken.
         defaults: callable `max_length -> dict` of default options.
     """
@@ -51,6 +54,7 @@ class PositionMethod:
     generator_from: int = 0
     recursive: bool = False
     combined_input: bool = False
+    rotary: dict = None
     options: dict = dataclasses.field(default_factory=dict)
     defaults: object = None
 
@@ -76,6 +80,20 @@ class PositionMethod:
     def input_encoding(self, x, parts, max_length):
         """The absolute encoding `(B, T, D)` added to the embeddings `x`."""
         return INPUT_POSITIONS[self.input_positions](x, parts, max_length)
+
+    @property
+    def takes_grid(self):
+        """Whether `grid_shape` means something to this method."""
+        return self.bias == "dynamic" or self.rotary is not None
+
+    def rotary_layer(self, index, grid_shape, parts):
+        """The `RotaryEmbedding` of attention `index`, or None."""
+        if self.rotary is None:
+            return None
+        arguments = dict(self.rotary, **parts["rotary"])
+        if grid_shape:
+            arguments.update(coordinate_dim=len(grid_shape), grid_shape=grid_shape)
+        return RotaryEmbedding(name=f"rotary_{index}", **arguments)
 
     def bias_layer(self, num_heads, index, grid_shape, parts):
         """The bias producer of attention `index`, or None."""
@@ -134,6 +152,18 @@ _DYNAMIC = {
     "log_distance": "bias",
     "kernel_initializer": "bias",
 }
+_ROTARY = {
+    name: "rotary"
+    for name in (
+        "max_wavelength",
+        "rotary_dim",
+        "interleaved",
+        "rope_type",
+        "scaling_factor",
+        "original_max_position_embeddings",
+        "rope_parameters",
+    )
+}
 _GENERATOR = {
     "num_generators": "generator",
     "kernel_size": "generator",
@@ -190,6 +220,11 @@ METHODS = {
         generator="conv",
         generator_from=1,
         options={**_SINUSOID, **_GENERATOR, "num_layers": "bias"},
+    ),
+    "rope": PositionMethod(rotary={}, options=_ROTARY),
+    "xpos": PositionMethod(
+        rotary={"xpos_scale_base": 512.0},
+        options={**_ROTARY, "xpos_scale_base": "rotary"},
     ),
     "gated": PositionMethod(
         input_positions="gated",

@@ -28,7 +28,9 @@ POSITION_METHODS = tuple(METHODS)
 RELATIVE_METHODS = tuple(
     name
     for name, method in METHODS.items()
-    if (method.bias and not method.bias_needs_grid) or method.recursive
+    if (method.bias and not method.bias_needs_grid)
+    or method.recursive
+    or method.rotary is not None
 )
 
 
@@ -71,8 +73,9 @@ def build_encoder(
             `position_options` sets `max_distance`. Defaults to `512`.
         mask_zero: bool, token 0 is padding (a Keras mask). Defaults to `False`.
         grid_shape: tuple, e.g. `(rows, cols)`: the sequence is a flattened
-            grid, and `"dynamic_bias"` (or `"hybrid"`, which then adds it to
-            its attention) reads 2-D distances. Defaults to `None`.
+            grid; `"dynamic_bias"` (or `"hybrid"`, which then adds it to its
+            attention) reads 2-D distances and `"rope"` turns axially over
+            the grid. Defaults to `None`.
         attention_window: int, block-local attention with this window in
             every layer (linear in T); None keeps dense attention.
             Defaults to `None`.
@@ -103,8 +106,8 @@ def build_encoder(
     dropout = _checks.rate("dropout", dropout)
     max_length = _checks.positive_int("max_length", max_length)
     _checks.positive_int("attention_window", attention_window, allow_none=True)
-    if grid_shape is not None and method.bias != "dynamic":
-        grid_methods = [n for n, m in METHODS.items() if m.bias == "dynamic"]
+    if grid_shape is not None and not method.takes_grid:
+        grid_methods = [n for n, m in METHODS.items() if m.takes_grid]
         _checks.fail(
             "grid_shape", f"None unless position is in {grid_methods}", grid_shape
         )
@@ -159,6 +162,7 @@ def build_encoder(
                 output_dim=hidden_dim,
                 dropout=dropout,
                 position_bias=method.bias_layer(num_heads, index, grid_shape, parts),
+                rotary=method.rotary_layer(index, grid_shape, parts),
                 attention_window=attention_window,
                 name=f"attention_{index}",
             )

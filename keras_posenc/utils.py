@@ -5,8 +5,10 @@ package's private modules.
 """
 
 from keras_posenc._compat import REGISTERED, keras
+from keras_posenc.layers import _rope_checks
+from keras_posenc.layers.rotary_embedding import RotaryEmbedding
 
-__all__ = ["nested_layers", "package_classes"]
+__all__ = ["nested_layers", "package_classes", "set_rope_scaling"]
 
 
 def package_classes():
@@ -38,3 +40,59 @@ def nested_layers(root, descend=None):
             children.extend(i for i in items if isinstance(i, keras.layers.Layer))
         stack.extend(children)
     return found
+
+
+def set_rope_scaling(
+    model,
+    rope_type="default",
+    scaling_factor=1.0,
+    original_max_position_embeddings=None,
+    **type_parameters,
+):
+    """Switches every `RotaryEmbedding` in `model` to another context scaling.
+
+    Context extension after training, as done with Llama-style models: the
+    weights stay as trained and only the rotary frequencies change (e.g.
+    `rope_type="yarn", scaling_factor=4.0,
+    original_max_position_embeddings=512`). Everything is checked before any
+    layer changes; the model's compiled functions are reset so `predict`
+    and `evaluate` trace again.
+
+    Args:
+        model: a `keras.Model` or layer holding `RotaryEmbedding` layers.
+        rope_type: str, one of `keras_posenc.ops.rotary.ROPE_TYPES`.
+        scaling_factor: float, s >= 1.
+        original_max_position_embeddings: int, L0, the training context.
+        **type_parameters: the type's other parameters (`beta_fast`, ...).
+
+    Returns:
+        The number of `RotaryEmbedding` layers switched.
+    """
+    scaling = _rope_checks.rope_scaling(
+        rope_type, scaling_factor, original_max_position_embeddings, type_parameters
+    )
+    layers = [x for x in nested_layers(model) if isinstance(x, RotaryEmbedding)]
+    if not layers:
+        raise ValueError(
+            f"`model` must hold a RotaryEmbedding. Received: model={model.name!r}"
+        )
+    for layer in layers:
+        _rope_checks.coordinates(
+            layer.coordinate_dim,
+            layer.grid_shape,
+            layer.sections,
+            layer.learned_frequencies,
+            layer.rotary_dim,
+            rope_type,
+            layer.xpos_scale_base,
+        )
+        if layer.built:
+            _rope_checks.factor_lists(scaling[2], layer.frequency_matrix().shape[1])
+    for layer in layers:
+        layer.rope_type = rope_type
+        layer.scaling_factor, layer.original_max_position_embeddings = scaling[:2]
+        layer.rope_parameters = scaling[2]
+    for name in ("predict_function", "test_function", "train_function"):
+        if getattr(model, name, None) is not None:
+            setattr(model, name, None)
+    return len(layers)

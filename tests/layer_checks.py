@@ -29,14 +29,31 @@ def check_config_round_trip(make_layer):
     assert clone.get_config() == config
 
 
-def check_layer(make_layer, inputs, tmp_path, call_kwargs=None, fit=True, atol=1e-5):
-    """Config, symbolic shape, eager/graph/XLA, save/load, fit, mixed precision."""
+def check_layer(
+    make_layer,
+    inputs,
+    tmp_path,
+    num_weights,
+    call_kwargs=None,
+    fit=True,
+    atol=1e-5,
+    passes_mask=True,
+    padding_invariant=True,
+):
+    """Config, weights, shape, eager/graph/XLA, save/load, fit, masks, precision.
+
+    `num_weights` is the exact number of weights once built; `passes_mask`
+    says whether the first input's Keras mask reaches the output (a bias
+    has no tokens, so it passes none); `padding_invariant` whether outputs at
+    real tokens ignore what the masked tokens hold.
+    """
     call_kwargs = call_kwargs or {}
     inputs = _as_list(inputs)
     check_config_round_trip(make_layer)
 
     layer = make_layer()
     model = _model(layer, inputs, call_kwargs)
+    assert len(layer.weights) == num_weights, [w.name for w in layer.weights]
     shapes = [tuple(t.shape) for t in _as_list(model.inputs)]
     expected = tuple(layer.compute_output_shape(*shapes))
     assert tuple(model.output.shape) == expected
@@ -64,7 +81,40 @@ def check_layer(make_layer, inputs, tmp_path, call_kwargs=None, fit=True, atol=1
         history = model.fit(x, target, epochs=1, batch_size=len(target), verbose=0)
         assert np.isfinite(history.history["loss"][0])
 
+    check_masking(make_layer, inputs, call_kwargs, passes_mask, padding_invariant)
     check_mixed_precision(make_layer, inputs, call_kwargs)
+
+
+def _masked(array, mask):
+    tensor = tf.constant(array)
+    tensor._keras_mask = tf.constant(mask)  # as Keras attaches masks
+    return tensor
+
+
+def check_masking(make_layer, inputs, call_kwargs, passes_mask, padding_invariant):
+    """The first input's mask (last token padded) passes on, or not, and
+    changing what the padded token holds leaves real tokens unchanged."""
+    first, rest = inputs[0], [tf.constant(a) for a in inputs[1:]]
+    if first.dtype.kind != "f":
+        return  # token ids: the embedding makes the mask (tested there)
+    layer = make_layer()
+    assert layer.supports_masking
+    mask = np.ones(first.shape[:2], bool)
+    mask[:, -1] = False
+    out = layer(_masked(first, mask), *rest, **call_kwargs)
+    got = getattr(out, "_keras_mask", None)
+    if passes_mask:
+        np.testing.assert_array_equal(np.asarray(got), mask)
+    else:
+        assert got is None
+    if padding_invariant:
+        other = first.copy()
+        other[:, -1] = 100.0 * np.random.normal(size=other[:, -1].shape)
+        again = layer(_masked(other, mask), *rest, **call_kwargs)
+        real = (slice(None), slice(0, -1)) if passes_mask else (Ellipsis,)
+        np.testing.assert_allclose(
+            np.asarray(again)[real], np.asarray(out)[real], atol=1e-5
+        )
 
 
 def check_mixed_precision(make_layer, inputs, call_kwargs=None):

@@ -57,6 +57,17 @@ def test_every_constructor_argument_is_documented(cls):
 
 
 @pytest.mark.parametrize("cls", LAYERS, ids=lambda c: c.__name__)
+def test_every_call_argument_is_documented(cls):
+    doc = inspect.getdoc(cls)
+    section = doc.split("Call arguments:", 1)[1].split("Returns:", 1)[0]
+    params = inspect.signature(cls.call).parameters
+    # `mask` is Keras' own plumbing: Keras fills it from the inputs.
+    names = [p for p in params if p not in ("self", "kwargs", "mask")]
+    for name in names:
+        assert f"\n    {name}:" in section, name
+
+
+@pytest.mark.parametrize("cls", LAYERS, ids=lambda c: c.__name__)
 def test_every_constructor_argument_is_in_get_config(cls):
     example = _example_instance(cls)
     config = example.get_config()

@@ -11,7 +11,7 @@ keras = tf.keras
 def test_layer_checks(tmp_path):
     words = np.random.normal(size=(3, 5, 4)).astype("float32")
     pos = np.random.normal(size=(3, 5, 2)).astype("float32")
-    check_layer(CombinedPositionInput, [words, pos], tmp_path)
+    check_layer(CombinedPositionInput, [words, pos], tmp_path, num_weights=0)
 
 
 def test_function_concatenates_eager_tensors():

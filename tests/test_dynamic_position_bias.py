@@ -17,7 +17,14 @@ def mlp_oracle(layer, distances):
 
 def test_layer_checks(tmp_path):
     x = np.random.normal(size=(2, 6, 4)).astype("float32")
-    check_layer(lambda: DynamicPositionBias(num_heads=3), x, tmp_path, fit=False)
+    check_layer(
+        lambda: DynamicPositionBias(num_heads=3),
+        x,
+        tmp_path,
+        num_weights=2 * 3,  # hidden, hidden, output Dense
+        fit=False,
+        passes_mask=False,
+    )
 
 
 def test_fits_inside_attention(tmp_path):
@@ -26,6 +33,7 @@ def test_fits_inside_attention(tmp_path):
         lambda: RelativeMultiHeadAttention(2, 4, position_bias=DynamicPositionBias(2)),
         [x, x],
         tmp_path,
+        num_weights=2 * 4 + 2 * 3,  # q, k, v, output Dense + the bias MLP
     )
 
 

@@ -147,3 +147,20 @@ def test_rejects_an_unknown_mode():
 def test_rejects_what_is_not_a_model():
     with pytest.raises(TypeError, match="`model` must be a keras.Model"):
         tflite_export.convert("model.keras", np.zeros((2, 4), "int32"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("position,grid", [("rope", None), ("rope", (3, 4))])
+def test_rope_folds_cos_and_sin_into_constants_in_int8(position, grid):
+    """1-D and axial RoPE: no SIN/COS kernel (float-only in TFLM) is left."""
+    model = _classifier(position, grid_shape=grid)
+    x = np.random.default_rng(1).integers(0, 10, size=(40, 12))
+    model_bytes = tflite_export.convert(model, x, mode="int8")
+    report = tflite_export.verify(
+        model_bytes, tflite_export.static_model(model, (12,), "int32"), x[:16]
+    )
+    assert not {"SIN", "COS"} & set(report.ops), report.ops
+    assert set(report.ops) <= TFLM_INT8_OPS
+    assert report.tflm_ok and report.tflm_vs_litert <= (
+        TFLM_LITERT_STEPS * report.output_scale
+    )

@@ -18,15 +18,24 @@ def dense_relative(table, t, s):
 def test_layer_checks_dense(tmp_path):
     abs_pos = np.random.normal(size=(2, 4, 3)).astype("float32")
     rel_pos = np.random.normal(size=(2, 4, 4, 3)).astype("float32")
-    check_layer(GatedPositionFusion, [abs_pos, rel_pos], tmp_path)
+    check_layer(GatedPositionFusion, [abs_pos, rel_pos], tmp_path, num_weights=2)
 
 
 def test_layer_checks_own_table(tmp_path):
     abs_pos = np.random.normal(size=(2, 5, 3)).astype("float32")
-    check_layer(lambda: GatedPositionFusion(max_distance=2), abs_pos, tmp_path)
+    check_layer(
+        lambda: GatedPositionFusion(max_distance=2), abs_pos, tmp_path, num_weights=3
+    )
 
 
 CASES = [(5, 5, 2), (9, 9, 3), (4, 11, 2), (12, 3, 1), (6, 6, 9)]
+
+
+@pytest.mark.parametrize("t,s,m", CASES)
+def test_dense_relative_table_equals_numpy(t, s, m):
+    table = np.random.normal(size=(2 * m + 1, 4)).astype("float32")
+    got = ops.dense_relative_table(table, t, s).numpy()
+    np.testing.assert_array_equal(got, dense_relative(table, t, s)[0])
 
 
 @pytest.mark.parametrize("t,s,m", CASES)
@@ -41,7 +50,7 @@ def test_table_path_equals_dense_path_in_the_layer():
     fusion = GatedPositionFusion()
     abs_pos = np.random.normal(size=(2, 7, 4)).astype("float32")
     table = np.random.normal(size=(5, 4)).astype("float32")
-    dense = np.repeat(dense_relative(table, 7, 7), 2, axis=0)
+    dense = np.repeat(ops.dense_relative_table(table, 7, 7).numpy()[None], 2, axis=0)
     np.testing.assert_allclose(
         fusion(abs_pos, table).numpy(), fusion(abs_pos, dense).numpy(), atol=1e-5
     )

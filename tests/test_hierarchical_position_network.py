@@ -17,7 +17,11 @@ def test_layer_checks(features, tmp_path):
         ),
         x,
         tmp_path,
+        # Two generators: hidden and output Dense (+ a depthwise conv).
+        num_weights=2 * (4 if features == "sinusoid" else 6),
         call_kwargs={"layer_idx": 2},
+        # The convolution reads padded neighbours (issue 12 makes it mask-aware).
+        padding_invariant=features == "sinusoid",
     )
 
 
@@ -150,3 +154,14 @@ def test_rejects_an_input_of_the_wrong_width():
     hpn = HierarchicalPositionNetwork(dim=4, depth=2)
     with pytest.raises(ValueError, match="The input width must equal `dim`"):
         hpn(np.zeros((1, 3, 5), "float32"), 0)
+
+
+def test_generators_follow_the_parent_dtype_policy():
+    hpn = HierarchicalPositionNetwork(
+        4, 2, position_features="conv", dtype="mixed_float16"
+    )
+    out = hpn(tf.zeros((1, 5, 4), "float16"), 1)
+    assert out.dtype == tf.float16
+    for part, layer in hpn.generator(1).items():
+        assert layer.dtype_policy.name == "mixed_float16", part
+    assert list(hpn.generator(1)) == ["conv", "hidden", "output"]

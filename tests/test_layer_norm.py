@@ -8,7 +8,7 @@ from keras_posenc import LayerNorm
 
 def test_layer_checks(tmp_path):
     x = np.random.normal(size=(3, 4, 6)).astype("float32")
-    check_layer(lambda: LayerNorm(epsilon=1e-3), x, tmp_path)
+    check_layer(lambda: LayerNorm(epsilon=1e-3), x, tmp_path, num_weights=2)
 
 
 def test_equals_the_layer_norm_formula():

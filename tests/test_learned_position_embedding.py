@@ -8,7 +8,9 @@ from keras_posenc import LearnedPositionEmbedding
 
 def test_layer_checks(tmp_path):
     x = np.random.normal(size=(3, 6, 10)).astype("float32")
-    check_layer(lambda: LearnedPositionEmbedding(max_length=8), x, tmp_path)
+    check_layer(
+        lambda: LearnedPositionEmbedding(max_length=8), x, tmp_path, num_weights=1
+    )
 
 
 def test_returns_the_table_rows():

@@ -82,6 +82,7 @@ def test_layer_checks(tmp_path):
         ),
         x,
         tmp_path,
+        num_weights=2 * 4 + 1,  # q, k, v, output Dense + the T5 table
     )
 
 
@@ -96,7 +97,7 @@ def test_padding_never_changes_real_tokens():
 
 
 @pytest.mark.parametrize("position", models.POSITION_METHODS)
-def test_every_method_runs_local_at_any_length(position):
+def test_every_method_runs_local_and_sees_only_its_band(position):
     model = models.build_token_classifier(
         2,
         vocab_size=10,
@@ -107,8 +108,15 @@ def test_every_method_runs_local_at_any_length(position):
         max_length=128,
         attention_window=4,
     )
-    for length in (8, 37):
-        assert model(np.ones((1, length))).shape == (1, length, 2)
+    ids = np.random.randint(1, 10, size=(1, 37))
+    out = model(ids).numpy()
+    assert out.shape == (1, 37, 2) and np.all(np.isfinite(out))
+    assert model(ids[:, :8]).shape == (1, 8, 2)
+    # One layer, W=4: token 36 (block 9) reaches blocks 8-10, and through a
+    # width-3 position convolution block 7, so blocks 0-6 cannot see it.
+    changed = ids.copy()
+    changed[0, 36] = ids[0, 36] % 9 + 1
+    np.testing.assert_allclose(model(changed).numpy()[:, :28], out[:, :28], atol=1e-6)
 
 
 @pytest.mark.slow
@@ -161,8 +169,15 @@ def test_trained_at_length_l_keeps_accuracy_at_8l_and_32l():
 @pytest.mark.parametrize(
     "kwargs,match",
     [
-        ({"attention_mask": np.ones((1, 6, 6), bool)}, "`attention_mask` is a"),
-        ({"attention_bias": np.zeros((1, 2, 6, 6))}, "`attention_bias` is a"),
+        (
+            {"attention_mask": np.ones((1, 6, 6), bool)},
+            "`attention_mask` must be None with attention_window=4",
+        ),
+        (
+            {"attention_bias": np.zeros((1, 2, 6, 6))},
+            "`attention_bias` must be None with attention_window=4",
+        ),
+        ({"positions": np.arange(6)}, "`positions` must be None with attention_w"),
         ({"return_attention_scores": True}, "`return_attention_scores` needs"),
         ({"value": np.zeros((1, 4, 6), "float32")}, "needs self-attention"),
     ],

@@ -43,10 +43,16 @@ def test_only_none_is_blind_to_token_order(position):
 
 
 @pytest.mark.parametrize("position", models.RELATIVE_METHODS)
-def test_relative_methods_run_longer_than_trained(position):
-    model = models.build_token_classifier(2, vocab_size=10, position=position, **SMALL)
-    assert model(np.ones((1, 8))).shape == (1, 8, 2)
-    assert model(np.ones((1, 64))).shape == (1, 64, 2)
+def test_relative_methods_run_longer_than_their_tables(position):
+    # 64 tokens, 8 real: the real tokens' logits equal those of the 8-token run.
+    model = models.build_token_classifier(
+        2, vocab_size=10, position=position, mask_zero=True, **SMALL
+    )
+    short = np.random.randint(1, 10, size=(2, 8))
+    long = np.concatenate([short, np.zeros((2, 56), int)], axis=1)
+    out = model(long).numpy()
+    assert out.shape == (2, 64, 2)
+    np.testing.assert_allclose(out[:, :8], model(short).numpy(), atol=1e-5)
 
 
 def test_feature_inputs_and_fixed_length():
@@ -69,7 +75,7 @@ def test_padding_is_masked_when_mask_zero():
 @pytest.mark.parametrize(
     "kwargs,error,match",
     [
-        ({"position": "rope"}, ValueError, "`position` must be one of"),
+        ({"position": "cope"}, ValueError, "`position` must be one of"),
         ({"input_dim": 3}, ValueError, "`vocab_size` must be given, or input_dim"),
         ({"vocab_size": None}, ValueError, "`vocab_size` must be given, or input_dim"),
         ({"hidden_dim": 10}, ValueError, "`hidden_dim` must be divisible by"),

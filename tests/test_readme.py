@@ -33,3 +33,11 @@ def test_readme_example_runs_trains_and_reloads(tmp_path):
     accuracy = float(line.split("accuracy:")[1].split()[0])
     assert accuracy > 0.95, line
     assert line.endswith("reloaded equal: True"), line
+
+
+def test_rotary_snippet_runs(capsys):
+    text = (ROOT / "README.md").read_text()
+    block = text.split("### Rotary positions", 1)[1].split("```python\n", 1)[1]
+    exec(block.split("```", 1)[0], {})
+    printed = capsys.readouterr().out.split()
+    assert printed == ["(2,", "16,", "512)", "(1,", "4096,", "64)"]

@@ -17,7 +17,11 @@ def layer_norm(x, norm):
 def test_layer_checks(tmp_path):
     x = np.random.normal(size=(2, 5, 6)).astype("float32")
     check_layer(
-        lambda: RecursivePositionUpdate(num_heads=2, key_dim=3, ff_dim=5), x, tmp_path
+        lambda: RecursivePositionUpdate(num_heads=2, key_dim=3, ff_dim=5),
+        x,
+        tmp_path,
+        # Two attentions (4 Dense each), the T5 table, two Dense, the norm.
+        num_weights=2 * 4 * 2 + 1 + 2 * 2 + 2,
     )
 
 
@@ -81,3 +85,16 @@ def test_rejects_bad_arguments(kwargs, error, match):
     args.update(kwargs)
     with pytest.raises(error, match=match):
         RecursivePositionUpdate(**args)
+
+
+def test_sublayers_follow_the_parent_dtype_policy():
+    block = RecursivePositionUpdate(num_heads=2, key_dim=2, dtype="mixed_bfloat16")
+    block(tf.zeros((1, 3, 4), "bfloat16"))
+    for layer in (
+        block.attention,
+        block.position_attention,
+        block.position_hidden,
+        block.position_output,
+        block.norm,
+    ):
+        assert layer.dtype_policy.name == "mixed_bfloat16", layer.name

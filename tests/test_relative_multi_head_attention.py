@@ -6,6 +6,7 @@ from layer_checks import check_layer
 from keras_posenc import (
     RelativeMultiHeadAttention,
     RelativePositionBias,
+    RotaryEmbedding,
     ops,
 )
 
@@ -64,7 +65,10 @@ def attention_oracle(layer, query, value, bias=None, mask=None):
 def test_layer_checks(bias_mode, tmp_path):
     query = np.random.normal(size=(2, 5, 4)).astype("float32")
     value = np.random.normal(size=(2, 7, 6)).astype("float32")
-    check_layer(lambda: make(bias_mode), [query, value], tmp_path)
+    table = 1 if bias_mode in ("t5", "clipped") else 0
+    check_layer(
+        lambda: make(bias_mode), [query, value], tmp_path, num_weights=2 * 4 + table
+    )
 
 
 def test_without_bias_equals_numpy_attention():
@@ -153,8 +157,10 @@ def test_return_attention_scores_rows_sum_to_one():
 
 def test_accepts_a_combined_2d_input_and_projects_to_output_dim():
     layer = RelativeMultiHeadAttention(num_heads=2, key_dim=4, output_dim=8)
-    x = tf.zeros((2, 5, 16))
-    assert layer(x, x).shape == (2, 5, 8)
+    x = np.random.normal(size=(2, 5, 16)).astype("float32")
+    out = layer(x, x).numpy()
+    assert out.shape == (2, 5, 8)
+    np.testing.assert_allclose(out, attention_oracle(layer, x, x), atol=1e-5)
 
 
 def test_masked_logits_use_a_bounded_penalty():
@@ -221,3 +227,72 @@ def test_compute_attention_is_the_override_point():
     # Block-local: the same method runs on the band, 3 blocks of W=2, 3W keys.
     Uniform(num_heads=2, key_dim=3, attention_window=2)(x, x)
     assert seen[-1] == ((2, 6, 2, 3), (2, 6, 6, 3))
+
+
+def rotary_attention_oracle(layer, x, positions, key_x=None, key_positions=None):
+    """NumPy attention whose projected q, k are rotated by the layer's rotary."""
+    key_x = x if key_x is None else key_x
+    key_positions = positions if key_positions is None else key_positions
+    n = layer.num_heads
+
+    def heads(inputs, dense):
+        y = inputs @ dense.kernel.numpy() + dense.bias.numpy()
+        return y.reshape(y.shape[0], y.shape[1], n, -1)  # (B, L, N, H)
+
+    rope = layer.rotary
+    q = rope(heads(x, layer.query_dense), positions=positions).numpy()
+    k = rope(heads(key_x, layer.key_dense), positions=key_positions).numpy()
+    v = heads(key_x, layer.value_dense)
+    q, k, v = (a.transpose(0, 2, 1, 3) for a in (q, k, v))
+    logits = q @ k.transpose(0, 1, 3, 2) / np.sqrt(q.shape[-1])
+    context = softmax(logits) @ v
+    merged = context.transpose(0, 2, 1, 3).reshape(x.shape[0], x.shape[1], -1)
+    return merged @ layer.output_dense.kernel.numpy() + layer.output_dense.bias.numpy()
+
+
+def make_rotary(**kwargs):
+    return RelativeMultiHeadAttention(
+        num_heads=2, key_dim=4, rotary=RotaryEmbedding(), **kwargs
+    )
+
+
+def test_rotary_rotates_projected_queries_and_keys(tmp_path):
+    layer = make_rotary()
+    x = np.random.normal(size=(2, 6, 5)).astype("float32")
+    out = layer(x).numpy()
+    want = rotary_attention_oracle(layer, x, np.arange(6))
+    np.testing.assert_allclose(out, want, atol=1e-5)
+    check_layer(make_rotary, [x, x], tmp_path, num_weights=2 * 4)
+
+
+def test_rotary_honours_start_index_against_cached_keys():
+    layer = make_rotary()
+    x = np.random.normal(size=(1, 9, 5)).astype("float32")
+    full = layer(x).numpy()
+    tail = layer(x[:, 6:], x, start_index=6).numpy()
+    np.testing.assert_allclose(tail, full[:, 6:], atol=1e-5)
+
+
+def test_rotary_attention_is_shift_invariant():
+    layer = make_rotary()
+    x = np.random.normal(size=(2, 5, 5)).astype("float32")
+    base = layer(x).numpy()
+    shifted = layer(x, positions=np.arange(100, 105), key_positions=np.arange(100, 105))
+    np.testing.assert_allclose(shifted.numpy(), base, atol=1e-4)
+
+
+def test_rotary_with_a_window_equals_dense_with_the_band_mask():
+    local = make_rotary(attention_window=3)
+    x = np.random.normal(size=(2, 8, 5)).astype("float32")
+    out = local(x, use_causal_mask=True).numpy()
+    dense = make_rotary()
+    dense(x)
+    dense.set_weights(local.get_weights())
+    band = ops.band_mask(8, 3, causal=True).numpy()
+    want = dense(x, attention_mask=np.broadcast_to(band, (2, 8, 8))).numpy()
+    np.testing.assert_allclose(out, want, atol=1e-5)
+
+
+def test_rotary_must_be_a_rotary_embedding():
+    with pytest.raises(TypeError, match="`rotary` must be a RotaryEmbedding or None"):
+        make_rotary().__class__(2, 4, rotary=RelativePositionBias(2))

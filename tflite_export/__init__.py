@@ -13,7 +13,7 @@ from tflite_export.convert import (
     static_model,
 )
 from tflite_export.qat import QuantizationError, quantize_aware, quantize_scope
-from tflite_export.verify import Report, verify
+from tflite_export.verify import Report, dequantize, quantize, verify
 
 __all__ = [
     "MODES",
@@ -23,7 +23,9 @@ __all__ = [
     "atomic_write",
     "c_source",
     "convert",
+    "dequantize",
     "microcontroller_blockers",
+    "quantize",
     "quantize_aware",
     "quantize_scope",
     "static_model",

@@ -72,11 +72,11 @@ def verify(model_bytes, keras_model=None, x=None, y=None):
     if x is None:
         x = np.zeros([2] + list(inp["shape"][1:]), dtype=inp["dtype"])
     x = np.asarray(x)
-    quantized = _quantize(x, inp)
+    quantized = quantize(x, inp)
     litert = np.stack(
         [_run_litert(interpreter, inp, out, example[None])[0] for example in quantized]
     )
-    litert = _dequantize(litert, out)
+    litert = dequantize(litert, out)
     tflm_raw, tflm_info = run_tflm(model_bytes, quantized)
     report = Report(
         ops=ops,
@@ -89,7 +89,7 @@ def verify(model_bytes, keras_model=None, x=None, y=None):
         tflm_error=tflm_info["error"],
         arena_bytes=tflm_info["arena_bytes"],
     )
-    tflm = None if tflm_raw is None else _dequantize(tflm_raw, out)
+    tflm = None if tflm_raw is None else dequantize(tflm_raw, out)
     if tflm is not None:
         report.tflm_vs_litert = float(np.max(np.abs(tflm - litert)))
     reference = None
@@ -153,7 +153,8 @@ def _run_litert(interpreter, inp, out, example):
     return interpreter.get_tensor(out["index"])
 
 
-def _quantize(values, detail):
+def quantize(values, detail):
+    """`values` in the dtype of a LiteRT tensor `detail` (its scale and zero point)."""
     dtype = np.dtype(detail["dtype"])
     scale, zero_point = detail["quantization"]
     if dtype.kind == "f" or scale == 0:
@@ -163,7 +164,8 @@ def _quantize(values, detail):
     return np.clip(quantized, info.min, info.max).astype(dtype)
 
 
-def _dequantize(values, detail):
+def dequantize(values, detail):
+    """Float32 values of raw outputs of a LiteRT tensor `detail`."""
     scale, zero_point = detail["quantization"]
     if scale == 0:
         return values.astype(np.float32)

@@ -2,6 +2,7 @@
 
 import tensorflow as tf
 
+from keras_posenc import _checks, ops
 from keras_posenc._compat import dim
 from keras_posenc.ops import position_range
 
@@ -22,5 +23,30 @@ def resolve_positions(inputs, start_index=0, positions=None, ranks=(1, 2)):
         raise ValueError(
             f"`positions` must have shape {expected}. "
             f"Received: positions.shape={positions.shape}"
+        )
+    return positions
+
+
+def to_coordinates(positions, coordinate_dim=1, grid_shape=None, name="positions"):
+    """`(..., L, C)` coordinates of resolved positions `(..., L[, C])`.
+
+    With `grid_shape`, positions are flat indices of a row-major grid; with
+    one coordinate they gain a trailing axis; otherwise they must already end
+    in `coordinate_dim`.
+    """
+    if grid_shape:
+        return ops.grid_coordinates(positions, grid_shape)
+    if coordinate_dim == 1:
+        return positions[..., None]
+    if positions.shape.rank == 1:
+        _checks.fail(
+            name,
+            f"given as (T, C) coordinates for coordinate_dim={coordinate_dim}",
+            None,
+        )
+    if positions.shape[-1] != coordinate_dim:
+        raise ValueError(
+            f"`{name}` must end in coordinate_dim={coordinate_dim}. "
+            f"Received: {name}.shape={positions.shape}"
         )
     return positions

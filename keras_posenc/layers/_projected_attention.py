@@ -44,6 +44,9 @@ class ProjectedAttention(keras.layers.Layer):
         build_sublayer(self._output_dense, tuple(query_shape[:-1]) + (heads_v,))
         if self.position_bias is not None and not self.position_bias.built:
             build_sublayer(self.position_bias, query_shape)
+        if self.rotary is not None and not self.rotary.built:
+            heads_shape = (None, None, self.num_heads, self.key_dim)
+            build_sublayer(self.rotary, heads_shape)  # (B, T, N, H)
         self.built = True
 
     def compute_output_spec(
@@ -118,7 +121,67 @@ class ProjectedAttention(keras.layers.Layer):
         dropped = self._dropout_layer(weights, training=training)
         return tf.matmul(dropped, value), weights
 
-    def local_context(self, inputs, heads, key_mask, query_mask, causal, training):
+    def rotate(
+        self, q, k, query, key, start_index=0, positions=None, key_positions=None
+    ):
+        """`rotary` applied to heads `(B, N, T|S, H)` at their true positions."""
+        q_pos = self.rotary.resolve(query, start_index, positions)  # (..., T, C)
+        k_pos = self.rotary.resolve(key, 0, key_positions)  # (..., S, C)
+        # One current length for both sides keeps q.k relative (dynamic types).
+        length = tf.maximum(tf.reduce_max(q_pos), tf.reduce_max(k_pos)) + 1.0
+        rotated = []
+        for x, where, side in ((q, q_pos, "query"), (k, k_pos, "key")):
+            cos, sin = self.rotary.cos_sin(where, side, length)
+            if self.rotary.learned_frequencies:  # (..., L, N, r/2) -> heads first
+                rank = cos.shape.rank
+                order = list(range(rank - 3)) + [rank - 2, rank - 3, rank - 1]
+                cos, sin = tf.transpose(cos, order), tf.transpose(sin, order)
+            elif cos.shape.rank == 3:  # per-example positions (B, L, r/2)
+                cos, sin = cos[:, None], sin[:, None]
+            rotated.append(ops.rotary.rotate(x, cos, sin, self.rotary.interleaved))
+        return rotated
+
+    def attend(
+        self,
+        inputs,
+        heads,
+        masks,
+        causal,
+        training,
+        where,
+        attention_mask=None,
+        attention_bias=None,
+    ):
+        """Context `(B, N, T, Hv)` and weights (None when block-local).
+
+        `inputs` are the `(query, key)` tensors the bias reads, `heads` the
+        projected `(q, k, v)`, `masks` the query, value and key Keras masks,
+        `where` the `start_index` / `positions` / `key_positions` arguments.
+        """
+        query, key = inputs
+        query_mask, value_mask, key_mask = masks
+        if self.attention_window is not None:
+            keys = ops.combine_masks(1, 1, value_mask=value_mask, key_mask=key_mask)
+            keys = None if keys is None else keys[:, 0]  # (B, S)
+            context = self.local_context(
+                inputs, heads, keys, query_mask, causal, training, where["start_index"]
+            )
+            return context, None
+        bias = None
+        if self.position_bias is not None:
+            bias = tf.cast(self.position_bias(query, key, **where), tf.float32)
+        if attention_bias is not None:
+            extra = tf.cast(attention_bias, tf.float32)
+            bias = extra if bias is None else bias + extra  # (B or 1, N, T, S)
+        mask = ops.combine_masks(
+            dim(query, 1), dim(key, 1), *masks, attention_mask, causal
+        )  # (B, T, S)
+        mask = None if mask is None else mask[:, None]  # (B, 1, T, S)
+        return self.compute_attention(*heads, bias, mask, training)
+
+    def local_context(
+        self, inputs, heads, key_mask, query_mask, causal, training, start_index=0
+    ):
         """Block-local context `(B, N, T, Hv)`: the band, then `compute_attention`.
 
         `inputs` are the `(query, key)` tensors the position bias reads,
@@ -130,8 +193,9 @@ class ProjectedAttention(keras.layers.Layer):
         query_pos, key_pos = ops.blocks.block_positions(length, window)
         bias = None
         if self.position_bias is not None:
+            offset = tf.cast(start_index, query_pos.dtype)  # true positions
             bias = self.position_bias(
-                *inputs, positions=query_pos, key_positions=key_pos
+                *inputs, positions=query_pos + offset, key_positions=key_pos + offset
             )  # (nb, N, W, 3W)
             bias = ops.blocks.fold_bias(tf.cast(bias, tf.float32))  # (1, N*nb, W, 3W)
         allowed = ops.blocks.band_allowed(
@@ -156,34 +220,3 @@ class ProjectedAttention(keras.layers.Layer):
             dtype=self.dtype_policy,
             name=name,
         )
-
-    def _check_call(self, query, key, value, **call_arguments):
-        """Errors for calls the layer cannot honour, before any work."""
-        s_v, s_k = value.shape[1], key.shape[1]
-        if s_v is not None and s_k is not None and s_v != s_k:
-            raise ValueError(
-                "`key` and `value` must have the same length. Received: "
-                f"key.shape={key.shape}, value.shape={value.shape}"
-            )
-        window = self.attention_window
-        if window is None:
-            return
-        t, s = query.shape[1], key.shape[1]
-        if t is not None and s is not None and t != s:
-            raise ValueError(
-                "`attention_window` needs self-attention (equal query and key "
-                f"lengths). Received: query.shape={query.shape}, key.shape={key.shape}"
-            )
-        if call_arguments["return_attention_scores"]:
-            raise ValueError(
-                "`return_attention_scores` needs the dense (T, S) weights, which "
-                "local attention never builds. Received: return_attention_scores="
-                f"True with attention_window={window}"
-            )
-        for name in ("attention_mask", "attention_bias"):
-            if call_arguments[name] is not None:
-                raise ValueError(
-                    f"`{name}` is a (B, T, S) tensor, which local attention never "
-                    f"builds. Received: {name} with attention_window={window}; use "
-                    "query/key masks instead"
-                )

@@ -5,6 +5,7 @@ import tensorflow as tf
 from keras_posenc import _checks, ops
 from keras_posenc._compat import build_sublayer, clone_initializer, keras, register
 from keras_posenc.layers._bias_layer import BiasLayer
+from keras_posenc.layers._positions import to_coordinates
 
 
 @register
@@ -146,8 +147,9 @@ class DynamicPositionBias(BiasLayer):
 
     def bias_between(self, query_positions, key_positions):
         """Float32 bias `(..., N, T, S)` between positions or coordinates."""
-        q = self._coordinates(query_positions, "positions")  # (..., T, C)
-        k = self._coordinates(key_positions, "key_positions")  # (..., S, C)
+        c, grid = self.coordinate_dim, self.grid_shape
+        q = to_coordinates(query_positions, c, grid, "positions")  # (..., T, C)
+        k = to_coordinates(key_positions, c, grid, "key_positions")  # (..., S, C)
         relative = k[..., None, :, :] - q[..., :, None, :]  # (..., T, S, C)
         return ops.heads_first(self.heads_for(relative))  # (..., N, T, S)
 
@@ -158,31 +160,3 @@ class DynamicPositionBias(BiasLayer):
     @property
     def position_ranks(self):
         return (1, 2) if self.grid_shape or self.coordinate_dim == 1 else (1, 2, 3)
-
-    def _coordinates(self, positions, name):
-        """`(..., L, C)` coordinates of resolved positions `(..., L[, C])`."""
-        if self.grid_shape:
-            return self._grid(positions)
-        if self.coordinate_dim == 1:
-            return positions[..., None]
-        if positions.shape.rank == 1:
-            _checks.fail(
-                name,
-                f"given as (T, C) coordinates for coordinate_dim={self.coordinate_dim}",
-                None,
-            )
-        if positions.shape[-1] != self.coordinate_dim:
-            raise ValueError(
-                f"`{name}` must end in coordinate_dim={self.coordinate_dim}. "
-                f"Received: {name}.shape={positions.shape}"
-            )
-        return positions
-
-    def _grid(self, index):
-        """Row-major grid coordinates `(..., C)` of flat token indices `(...)`."""
-        index = tf.cast(index, tf.int32)
-        coordinates = []
-        for size in reversed(self.grid_shape):
-            coordinates.append(index % size)
-            index //= size
-        return tf.cast(tf.stack(coordinates[::-1], axis=-1), tf.float32)

@@ -3,9 +3,15 @@
 import tensorflow as tf
 
 from keras_posenc import _checks, ops
-from keras_posenc._compat import build_sublayer, dim, keras, register
+from keras_posenc._compat import build_sublayer, keras, register
+from keras_posenc._compat import dim as axis_size
 
 FEATURES = ("sinusoid", "conv")
+#: The layers of one generator, in call order, for each `position_features`.
+GENERATOR_PARTS = {
+    "sinusoid": ("hidden", "output"),
+    "conv": ("conv", "hidden", "output"),
+}
 
 
 @register
@@ -109,7 +115,7 @@ class HierarchicalPositionNetwork(keras.layers.Layer):
         self.dropout = dropout
         self.max_wavelength = max_wavelength
         self.supports_masking = True
-        self._dropout_layer = keras.layers.Dropout(dropout)
+        self._dropout_layer = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
 
     def __call__(self, inputs, layer_idx=None, *args, **kwargs):
         # Keras 3 accepts only tensors positionally: pass layer_idx by name.
@@ -132,29 +138,34 @@ class HierarchicalPositionNetwork(keras.layers.Layer):
             layers = []
             if self.position_features == "conv":
                 conv = keras.layers.DepthwiseConv1D(
-                    self.kernel_size, padding="same", name=f"conv_{g}"
+                    self.kernel_size,
+                    padding="same",
+                    dtype=self.dtype_policy,
+                    name=f"conv_{g}",
                 )
                 build_sublayer(conv, input_shape)
                 layers.append(conv)
-            hidden_layer = keras.layers.Dense(hidden, "relu", name=f"hidden_{g}")
+            hidden_layer = keras.layers.Dense(
+                hidden, "relu", dtype=self.dtype_policy, name=f"hidden_{g}"
+            )
             build_sublayer(hidden_layer, batch_time + (features,))
-            output = keras.layers.Dense(self.dim, name=f"output_{g}")
+            output = keras.layers.Dense(
+                self.dim, dtype=self.dtype_policy, name=f"output_{g}"
+            )
             build_sublayer(output, batch_time + (hidden,))
             self.generator_layers.extend(layers + [hidden_layer, output])
         self.built = True
 
     def call(self, inputs, layer_idx=0, training=None):
-        per = 3 if self.position_features == "conv" else 2
-        start = self.generator_index(layer_idx) * per
-        layers = self.generator_layers[start : start + per]
+        generator = self.generator(self.generator_index(layer_idx))
         features = inputs
         if self.position_features == "sinusoid":
-            positions = ops.position_range(dim(inputs, 1))  # (T,)
+            positions = ops.position_range(axis_size(inputs, 1))  # (T,)
             table = ops.sinusoid(positions, self.dim, self.max_wavelength)  # (T, D)
             table = tf.broadcast_to(tf.cast(table, inputs.dtype), tf.shape(inputs))
             features = tf.concat([inputs, table], axis=-1)  # (B, T, 2D)
-        for layer in layers:
-            features = layer(features)
+        for part in GENERATOR_PARTS[self.position_features]:
+            features = generator[part](features)
         pos_info = self._dropout_layer(features, training=training)  # (B, T, D)
         if self.position_l2:
             squared = tf.square(tf.cast(pos_info, tf.float32))
@@ -180,6 +191,12 @@ class HierarchicalPositionNetwork(keras.layers.Layer):
             }
         )
         return config
+
+    def generator(self, index):
+        """`{part: layer}` of generator `index` (parts in `GENERATOR_PARTS`)."""
+        parts = GENERATOR_PARTS[self.position_features]
+        start = index * len(parts)  # generators lie one after another
+        return dict(zip(parts, self.generator_layers[start : start + len(parts)]))
 
     def generator_index(self, layer_idx):
         """The generator that serves layer `layer_idx`."""

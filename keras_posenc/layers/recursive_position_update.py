@@ -1,7 +1,13 @@
 """Recursive position update block: x + Attention(x) + PositionUpdate(x)."""
 
 from keras_posenc import _checks
-from keras_posenc._compat import build_sublayer, keras, optional_layer, register
+from keras_posenc._compat import (
+    build_sublayer,
+    keras,
+    optional_layer,
+    register,
+    serialize_layer,
+)
 from keras_posenc.layers.layer_norm import LayerNorm
 from keras_posenc.layers.relative_multi_head_attention import (
     RelativeMultiHeadAttention,
@@ -102,13 +108,14 @@ class RecursivePositionUpdate(keras.layers.Layer):
     def build(self, input_shape):
         width = _checks.known_width(input_shape)
         bias = self.position_bias or RelativePositionBias(
-            self.position_heads, name="position_bias"
+            self.position_heads, dtype=self.dtype_policy, name="position_bias"
         )
         self.attention = RelativeMultiHeadAttention(
             self.num_heads,
             self.key_dim,
             dropout=self.dropout,
             attention_window=self.attention_window,
+            dtype=self.dtype_policy,
             name="attention",
         )
         self.position_attention = RelativeMultiHeadAttention(
@@ -117,13 +124,19 @@ class RecursivePositionUpdate(keras.layers.Layer):
             dropout=self.dropout,
             position_bias=bias,
             attention_window=self.attention_window,
+            dtype=self.dtype_policy,
             name="position_attention",
         )
         self.position_hidden = keras.layers.Dense(
-            self.ff_dim or width, "relu", name="position_hidden"
+            self.ff_dim or width,
+            "relu",
+            dtype=self.dtype_policy,
+            name="position_hidden",
         )
-        self.position_output = keras.layers.Dense(width, name="position_output")
-        self.norm = LayerNorm(self.epsilon, name="norm")
+        self.position_output = keras.layers.Dense(
+            width, dtype=self.dtype_policy, name="position_output"
+        )
+        self.norm = LayerNorm(self.epsilon, dtype=self.dtype_policy, name="norm")
         hidden_shape = tuple(input_shape[:-1]) + (self.ff_dim or width,)
         for layer, shape in (
             (self.attention, (input_shape, input_shape)),
@@ -167,9 +180,7 @@ class RecursivePositionUpdate(keras.layers.Layer):
                 "position_key_dim": self.position_key_dim,
                 "ff_dim": self.ff_dim,
                 "dropout": self.dropout,
-                "position_bias": None
-                if self.position_bias is None
-                else keras.layers.serialize(self.position_bias),
+                "position_bias": serialize_layer(self.position_bias),
                 "epsilon": self.epsilon,
                 "attention_window": self.attention_window,
             }

@@ -3,8 +3,16 @@
 import tensorflow as tf
 
 from keras_posenc import _checks, ops
-from keras_posenc._compat import dim, incoming_mask, keras, optional_layer, register
+from keras_posenc._compat import (
+    incoming_mask,
+    keras,
+    optional_layer,
+    register,
+    serialize_layer,
+)
+from keras_posenc.layers._attention_checks import check_call
 from keras_posenc.layers._projected_attention import ProjectedAttention
+from keras_posenc.layers.rotary_embedding import RotaryEmbedding
 
 
 @register
@@ -59,10 +67,13 @@ class RelativeMultiHeadAttention(ProjectedAttention):
             the `(T, 3W)` band only (at the keys' true positions), never on the
             `(T, S)` grid. Dense attention with `keras_posenc.ops.band_mask`
             gives the same result. Takes query/key Keras masks and causal
-            masking, not a `(B, T, S)` `attention_mask`, `attention_bias` or
-            returned scores. LSH attention is not offered: it was neither built
-            nor measured here, so nothing shows it beating block-local, which
-            is exact on its band and linear in T. Defaults to `None` (dense).
+            masking, not a `(B, T, S)` `attention_mask`, `attention_bias`,
+            explicit positions or returned scores (LSH attention is not
+            offered: nothing here shows it beating this exact, linear band).
+            Defaults to `None` (dense).
+        rotary: a `RotaryEmbedding` that rotates the projected queries and
+            keys at their true positions (with any `position_bias`), or
+            None. Defaults to `None`.
 
     Call arguments:
         query: tensor `(B, T, Dq)`.
@@ -84,6 +95,11 @@ class RelativeMultiHeadAttention(ProjectedAttention):
             Keras passes the value's mask here.
         key_mask: optional boolean `(B, S)`, True at real key tokens; Keras
             passes the key's mask here.
+        start_index: int or scalar tensor, the position of the first query
+            (decoding with a cache); keys sit at `0 .. S-1`. Defaults to `0`.
+        positions: optional query positions `(T,)` or `(B, T)` (`(..., C)`
+            coordinates for an N-D rotary) for the bias and the rotation.
+        key_positions: optional key positions of the same form.
 
     Returns:
         The `(B, T, output_dim)` output, and with `return_attention_scores`
@@ -117,6 +133,7 @@ class RelativeMultiHeadAttention(ProjectedAttention):
         kernel_initializer="glorot_uniform",
         bias_initializer="zeros",
         attention_window=None,
+        rotary=None,
         **kwargs,
     ):
         num_heads = _checks.positive_int("num_heads", num_heads)
@@ -129,6 +146,7 @@ class RelativeMultiHeadAttention(ProjectedAttention):
             "attention_window", attention_window, allow_none=True
         )
         position_bias = optional_layer("position_bias", position_bias)
+        rotary = optional_layer("rotary", rotary, RotaryEmbedding)
         super().__init__(**kwargs)
         self.num_heads = num_heads
         self.key_dim = key_dim
@@ -140,8 +158,9 @@ class RelativeMultiHeadAttention(ProjectedAttention):
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.bias_initializer = keras.initializers.get(bias_initializer)
         self.attention_window = attention_window
+        self.rotary = rotary
         self.supports_masking = True
-        self._dropout_layer = keras.layers.Dropout(dropout)
+        self._dropout_layer = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
 
     def call(
         self,
@@ -156,47 +175,49 @@ class RelativeMultiHeadAttention(ProjectedAttention):
         query_mask=None,
         value_mask=None,
         key_mask=None,
+        start_index=0,
+        positions=None,
+        key_positions=None,
     ):
         # Self-attention when `value` is omitted. Keras 2 converts only the
         # first positional argument.
         value = query if value is None else tf.convert_to_tensor(value)
         key = value if key is None else tf.convert_to_tensor(key)
-        self._check_call(
+        check_call(
+            self.attention_window,
             query,
             key,
             value,
             attention_mask=attention_mask,
             attention_bias=attention_bias,
             return_attention_scores=return_attention_scores,
+            positions=positions,
+            key_positions=key_positions,
         )
-        query_mask = incoming_mask(query, query_mask)
-        value_mask = incoming_mask(value, value_mask)
-        key_mask = incoming_mask(key, key_mask)
-        q, k, v = self.project(query, key, value)  # (B, N, T|S, H)
-        if self.attention_window is not None:
-            keys = ops.combine_masks(1, 1, value_mask=value_mask, key_mask=key_mask)
-            keys = None if keys is None else keys[:, 0]  # (B, S)
-            context = self.local_context(
-                (query, key), (q, k, v), keys, query_mask, use_causal_mask, training
+        where = dict(
+            start_index=start_index, positions=positions, key_positions=key_positions
+        )
+        masks = [
+            incoming_mask(tensor, mask)
+            for tensor, mask in (
+                (query, query_mask),
+                (value, value_mask),
+                (key, key_mask),
             )
-            return self._output_dense(ops.merge_heads(context))
-        bias = None
-        if self.position_bias is not None:
-            bias = tf.cast(self.position_bias(query, key), tf.float32)
-        if attention_bias is not None:
-            extra = tf.cast(attention_bias, tf.float32)
-            bias = extra if bias is None else bias + extra  # (B or 1, N, T, S)
-        mask = ops.combine_masks(
-            dim(query, 1),
-            dim(value, 1),
-            query_mask,
-            value_mask,
-            key_mask,
-            attention_mask,
+        ]
+        q, k, v = self.project(query, key, value)  # (B, N, T|S, H)
+        if self.rotary is not None:
+            q, k = self.rotate(q, k, query, key, **where)
+        context, weights = self.attend(
+            (query, key),
+            (q, k, v),
+            masks,
             use_causal_mask,
-        )  # (B, T, S)
-        mask = None if mask is None else mask[:, None]  # (B, 1, T, S)
-        context, weights = self.compute_attention(q, k, v, bias, mask, training)
+            training,
+            where,
+            attention_mask=attention_mask,
+            attention_bias=attention_bias,
+        )
         output = self._output_dense(ops.merge_heads(context))  # (B, T, Dout)
         if return_attention_scores:
             return output, weights
@@ -215,14 +236,13 @@ class RelativeMultiHeadAttention(ProjectedAttention):
                 "output_dim": self.output_dim,
                 "dropout": self.dropout,
                 "use_bias": self.use_bias,
-                "position_bias": None
-                if self.position_bias is None
-                else keras.layers.serialize(self.position_bias),
+                "position_bias": serialize_layer(self.position_bias),
                 "kernel_initializer": keras.initializers.serialize(
                     self.kernel_initializer
                 ),
                 "bias_initializer": keras.initializers.serialize(self.bias_initializer),
                 "attention_window": self.attention_window,
+                "rotary": serialize_layer(self.rotary),
             }
         )
         return config

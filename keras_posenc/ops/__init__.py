@@ -5,7 +5,7 @@ attention plumbing (`attention`: masks, head layout) and the block-local
 attention functions (`blocks`). Shape letters: see the README.
 """
 
-from keras_posenc.ops import blocks
+from keras_posenc.ops import blocks, rotary
 from keras_posenc.ops.attention import (
     MASK_PENALTY,
     band_mask,
@@ -20,6 +20,8 @@ from keras_posenc.ops.positions import (
     alibi_slopes,
     clipped_relative_index,
     clipped_table_mean,
+    dense_relative_table,
+    grid_coordinates,
     position_range,
     relative_positions,
     sinusoid,
@@ -36,10 +38,13 @@ __all__ = [
     "clipped_relative_index",
     "clipped_table_mean",
     "combine_masks",
+    "dense_relative_table",
+    "grid_coordinates",
     "heads_first",
     "merge_heads",
     "position_range",
     "relative_positions",
+    "rotary",
     "sinusoid",
     "split_heads",
     "t5_relative_position_bucket",

@@ -165,3 +165,28 @@ def clipped_table_mean(table, query_length, key_length, start_index=0):
         + tf.cast(right, tf.float32)[:, None] * table[rows - 1]
     )
     return (middle + tails) / tf.cast(key_length, tf.float32)
+
+
+def dense_relative_table(table, query_length, key_length, start_index=0):
+    """The dense relative tensor `table[clip(j - i, -M, M) + M]`, `(T, S, D)`.
+
+    The `(B, T, S, D)`-style input of `GatedPositionFusion` built from a
+    `(2M + 1, D)` table (memory T*S*D; `clipped_table_mean` averages it
+    without building it). Queries sit at `start_index ...`, keys at `0 ...`.
+    """
+    m = (table.shape[0] - 1) // 2
+    relative = relative_positions(
+        position_range(query_length, start_index), position_range(key_length)
+    )  # (T, S)
+    index = clipped_relative_index(tf.round(relative), m)
+    return tf.gather(table, index)  # (T, S, D)
+
+
+def grid_coordinates(index, grid_shape):
+    """Row-major grid coordinates `(..., C)` float32 of flat token indices `(...)`."""
+    index = tf.cast(index, tf.int32)
+    coordinates = []
+    for size in reversed(grid_shape):
+        coordinates.append(index % size)
+        index //= size
+    return tf.cast(tf.stack(coordinates[::-1], axis=-1), tf.float32)

@@ -1,0 +1,123 @@
+"""Argument checks of `RotaryEmbedding`, shared with `utils.set_rope_scaling`."""
+
+import numbers
+
+from keras_posenc import _checks
+from keras_posenc.ops.rotary import ROPE_TYPES
+
+
+def rope_scaling(rope_type, scaling_factor, original_max_position_embeddings, params):
+    """Checks a scaling; returns `(scaling_factor, original, params)` validated.
+
+    `params` are the type's other parameters (`rope_parameters`): only names
+    the type takes, each required one present.
+    """
+    _checks.choice("rope_type", rope_type, tuple(ROPE_TYPES))
+    record = ROPE_TYPES[rope_type]
+    if isinstance(scaling_factor, bool) or not isinstance(scaling_factor, numbers.Real):
+        _checks.fail("scaling_factor", "a number >= 1", scaling_factor, error=TypeError)
+    if not 1.0 <= scaling_factor < float("inf"):
+        _checks.fail(
+            "scaling_factor",
+            "a finite number >= 1 (it extends the context)",
+            scaling_factor,
+        )
+    original = _checks.positive_int(
+        "original_max_position_embeddings",
+        original_max_position_embeddings,
+        allow_none=True,
+    )
+    if params is not None and not isinstance(params, dict):
+        _checks.fail("rope_parameters", "a dict or None", params, error=TypeError)
+    params = dict(params or {})
+    allowed = set(record.defaults) | (set(record.required) - {"scaling_factor"})
+    allowed.discard("original_max_position_embeddings")
+    unknown = sorted(set(params) - allowed)
+    if unknown:
+        _checks.fail(
+            "rope_parameters",
+            f"a dict with keys among {sorted(allowed)} for rope_type={rope_type!r}",
+            params,
+        )
+    given = dict(params, scaling_factor=scaling_factor)
+    given["original_max_position_embeddings"] = original
+    for name in record.required:
+        if given.get(name) is None:
+            _checks.fail(
+                name,
+                f"given for rope_type={rope_type!r}",
+                None,
+                fix=f"rope_type={rope_type!r} needs {list(record.required)}",
+            )
+    return float(scaling_factor), original, params
+
+
+def factor_lists(params, half):
+    """LongRoPE's `short_factor` / `long_factor` must hold r/2 numbers > 0."""
+    for name in ("short_factor", "long_factor"):
+        if name not in params:
+            continue
+        value = params[name]
+        try:
+            numbers_ok = len(value) == half and all(float(v) > 0 for v in value)
+        except TypeError:
+            numbers_ok = False
+        if not numbers_ok:
+            _checks.fail(name, f"a list of rotary_dim / 2 = {half} numbers > 0", value)
+
+
+def sections(value, coordinate_dim, half=None):
+    """M-RoPE sections: `coordinate_dim` positive ints summing to r/2."""
+    if value is None:
+        return None
+    value = tuple(_checks.positive_int("sections", s) for s in value)
+    if len(value) != coordinate_dim:
+        _checks.fail("sections", f"of length coordinate_dim={coordinate_dim}", value)
+    if half is not None and sum(value) != half:
+        _checks.fail("sections", f"summing to rotary_dim / 2 = {half}", value)
+    return value
+
+
+def coordinates(
+    coordinate_dim, grid_shape, sections_, learned, rotary_dim, rope_type, xpos
+):
+    """Checks the N-D arguments; returns them validated."""
+    coordinate_dim = _checks.positive_int("coordinate_dim", coordinate_dim)
+    if grid_shape is not None:
+        grid_shape = tuple(_checks.positive_int("grid_shape", s) for s in grid_shape)
+        if len(grid_shape) != coordinate_dim:
+            _checks.fail("grid_shape", f"of length {coordinate_dim}", grid_shape)
+    half = None if rotary_dim is None else rotary_dim // 2
+    sections_ = sections(sections_, coordinate_dim, half)
+    learned = _checks.boolean("learned_frequencies", learned)
+    length_dependent = ROPE_TYPES[rope_type].length_dependent
+    if coordinate_dim > 1 and (xpos or length_dependent):
+        _checks.fail(
+            "coordinate_dim",
+            "1 with xPos or a length-dependent rope_type ('dynamic', 'longrope')",
+            coordinate_dim,
+        )
+    if learned and length_dependent:
+        _checks.fail(
+            "learned_frequencies",
+            f"False with the length-dependent rope_type={rope_type!r}",
+            learned,
+        )
+    return coordinate_dim, grid_shape, sections_, learned
+
+
+def rotary_width(rotary_dim, head_size, coordinate_dim, sections_, params):
+    """r, checked against the head size H once it is known (at build)."""
+    r = rotary_dim or head_size
+    if r % 2 or r > head_size:
+        _checks.fail("rotary_dim", f"even and <= the head size {head_size}", r)
+    sections(sections_, coordinate_dim, r // 2)
+    factor_lists(params, r // 2)
+    if coordinate_dim > 1 and not sections_ and (r // 2) % coordinate_dim:
+        _checks.fail(
+            "rotary_dim",
+            f"such that r/2 splits evenly over {coordinate_dim} axes",
+            r,
+            fix="Pass sections=... for an uneven split",
+        )
+    return r

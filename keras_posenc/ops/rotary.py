@@ -1,0 +1,253 @@
+"""Rotary position embedding (RoPE): the frequencies of every scaling, the rotation.
+
+`ROPE_TYPES` is the table of context-extension scalings, each written from its
+reference formula (HF transformers' `modeling_rope_utils` conventions): a
+record says which parameters the type needs, how it turns the default inverse
+frequencies `base^(-2i/r)` into its own (some depend on the current length L,
+the largest position + 1) and by what factor it scales cos and sin.
+Frequencies that do not depend on L are NumPy constants, so an exported graph
+holds them as constants. Shape letters: see the README; r is the rotary width.
+"""
+
+import dataclasses
+import math
+
+import numpy as np
+import tensorflow as tf
+
+
+def default_inverse_frequencies(rotary_dim, max_wavelength=10000.0):
+    """`base^(-2i/r)` for `i < r/2`, float64 NumPy `(r/2,)`."""
+    return max_wavelength ** (
+        -np.arange(0, rotary_dim, 2, dtype=np.float64) / rotary_dim
+    )
+
+
+def _linear(inv, r, base, p, length):
+    return inv / p["scaling_factor"]
+
+
+def _ntk(inv, r, base, p, length):
+    return default_inverse_frequencies(r, base * p["scaling_factor"] ** (r / (r - 2)))
+
+
+def _dynamic(inv, r, base, p, length):
+    s, original = p["scaling_factor"], p["original_max_position_embeddings"]
+    ratio = s * tf.cast(length, tf.float32) / original - (s - 1.0)
+    ratio = tf.maximum(ratio, 1.0)  # unchanged while L <= L0
+    log_base = math.log(base) + (r / (r - 2)) * tf.math.log(ratio)
+    exponents = tf.constant(np.arange(0, r, 2) / r, tf.float32)
+    return tf.exp(-exponents * log_base)
+
+
+def _yarn(inv, r, base, p, length):
+    s, original = p["scaling_factor"], p["original_max_position_embeddings"]
+
+    def correction_dim(rotations):
+        return r * math.log(original / (rotations * 2 * math.pi)) / (2 * math.log(base))
+
+    low, high = correction_dim(p["beta_fast"]), correction_dim(p["beta_slow"])
+    if p["truncate"]:
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, r - 1)
+    if low == high:
+        high += 0.001  # no division by zero
+    ramp = np.clip((np.arange(r // 2) - low) / (high - low), 0.0, 1.0)
+    keep = 1.0 - ramp  # 1: original frequency (fast), 0: interpolated (slow)
+    return inv / s * (1.0 - keep) + inv * keep
+
+
+def _llama3(inv, r, base, p, length):
+    s, original = p["scaling_factor"], p["original_max_position_embeddings"]
+    low, high = p["low_freq_factor"], p["high_freq_factor"]
+    wavelength = 2 * math.pi / inv
+    smooth = (original / wavelength - low) / (high - low)
+    smoothed = (1.0 - smooth) * inv / s + smooth * inv
+    scaled = np.where(wavelength > original / low, inv / s, inv)
+    medium = (wavelength >= original / high) & (wavelength <= original / low)
+    return np.where(medium, smoothed, scaled)
+
+
+def _longrope(inv, r, base, p, length):
+    long = tf.constant(p["long_factor"], tf.float32)
+    short = tf.constant(p["short_factor"], tf.float32)
+    factors = tf.where(
+        tf.cast(length, tf.float32) > p["original_max_position_embeddings"], long, short
+    )
+    return tf.constant(inv, tf.float32) / factors
+
+
+def _yarn_attention(p):
+    if p["attention_factor"] is not None:
+        return p["attention_factor"]
+    s = p["scaling_factor"]
+    return 0.1 * math.log(s) + 1.0 if s > 1 else 1.0
+
+
+def _longrope_attention(p):
+    if p["attention_factor"] is not None:
+        return p["attention_factor"]
+    s, original = p["scaling_factor"], p["original_max_position_embeddings"]
+    return math.sqrt(1 + math.log(s) / math.log(original)) if s > 1 else 1.0
+
+
+@dataclasses.dataclass(frozen=True)
+class RopeType:
+    """One scaling: its parameters, frequency rule and attention factor.
+
+    Attributes:
+        required: parameter names that must be given.
+        defaults: `{name: default}` of the optional parameters.
+        frequencies: `(inv, r, base, params, length) -> (r/2,)`, NumPy when
+            the type ignores `length`, a float32 tensor otherwise.
+        length_dependent: bool, whether `frequencies` reads the current length.
+        attention_factor: `params -> float`, the factor on cos and sin.
+    """
+
+    required: tuple = ()
+    defaults: dict = dataclasses.field(default_factory=dict)
+    frequencies: object = None
+    length_dependent: bool = False
+    attention_factor: object = None
+
+
+_SCALED = ("scaling_factor",)
+_EXTENDED = ("scaling_factor", "original_max_position_embeddings")
+
+#: Every `rope_type`, by name.
+ROPE_TYPES = {
+    "default": RopeType(),
+    "linear": RopeType(required=_SCALED, frequencies=_linear),
+    "ntk": RopeType(required=_SCALED, frequencies=_ntk),
+    "dynamic": RopeType(
+        required=_EXTENDED, frequencies=_dynamic, length_dependent=True
+    ),
+    "yarn": RopeType(
+        required=_EXTENDED,
+        defaults={
+            "beta_fast": 32.0,
+            "beta_slow": 1.0,
+            "attention_factor": None,
+            "truncate": True,
+        },
+        frequencies=_yarn,
+        attention_factor=_yarn_attention,
+    ),
+    "llama3": RopeType(
+        required=_EXTENDED,
+        defaults={"low_freq_factor": 1.0, "high_freq_factor": 4.0},
+        frequencies=_llama3,
+    ),
+    "longrope": RopeType(
+        required=_EXTENDED + ("short_factor", "long_factor"),
+        defaults={"attention_factor": None},
+        frequencies=_longrope,
+        length_dependent=True,
+        attention_factor=_longrope_attention,
+    ),
+}
+
+
+def rope_frequencies(rope_type, rotary_dim, max_wavelength, params, length=None):
+    """Inverse frequencies `(r/2,)` of `rope_type` (float32 tensor).
+
+    Args:
+        rope_type: str, a key of `ROPE_TYPES`.
+        rotary_dim: int, the even rotary width r.
+        max_wavelength: float, the base.
+        params: dict, the type's parameters with defaults filled in.
+        length: scalar tensor L (largest position + 1), for length-dependent
+            types.
+    """
+    record = ROPE_TYPES[rope_type]
+    inv = default_inverse_frequencies(rotary_dim, max_wavelength)
+    if record.frequencies is not None:
+        inv = record.frequencies(inv, rotary_dim, max_wavelength, params, length)
+    return tf.cast(inv, tf.float32)
+
+
+def rope_parameters(rope_type, given, scaling_factor, original_max_position_embeddings):
+    """The parameters of `rope_type`: its defaults, then `given`, then both shared."""
+    return dict(
+        ROPE_TYPES[rope_type].defaults,
+        **given,
+        scaling_factor=scaling_factor,
+        original_max_position_embeddings=original_max_position_embeddings,
+    )
+
+
+def frequency_matrix(
+    rope_type,
+    rotary_dim,
+    max_wavelength,
+    params,
+    coordinates=1,
+    sections=None,
+    length=None,
+):
+    """Float32 `(C, r/2)`: the inverse frequency of each slot for each coordinate.
+
+    One coordinate: the type's frequencies. `sections` (M-RoPE): the full
+    spectrum, slot `i` owned by the coordinate whose section holds it.
+    Otherwise axial: each coordinate owns r/(2C) consecutive slots with the
+    spectrum of a rotary width r/C.
+    """
+    half = rotary_dim // 2
+    if coordinates == 1 or sections:
+        inv = rope_frequencies(rope_type, rotary_dim, max_wavelength, params, length)
+        if coordinates == 1:
+            return inv[None]
+        owner = np.repeat(np.arange(coordinates), sections)  # slot -> coordinate
+        mine = np.arange(coordinates)[:, None] == owner[None]
+        return tf.constant(mine, tf.float32) * inv
+    per = half // coordinates
+    inv = rope_frequencies(rope_type, 2 * per, max_wavelength, params)
+    rows = [
+        tf.pad(inv, [[k * per, (coordinates - 1 - k) * per]])
+        for k in range(coordinates)
+    ]
+    return tf.stack(rows)
+
+
+def rope_attention_factor(rope_type, params):
+    """The factor on cos and sin of `rope_type` (1.0 for most types)."""
+    record = ROPE_TYPES[rope_type]
+    return 1.0 if record.attention_factor is None else record.attention_factor(params)
+
+
+def xpos_scale(rotary_dim, positions, scale_base, gamma=0.4):
+    """xPos scales `zeta_i^(n / scale_base)`, float32 `(..., T, r/2)`.
+
+    `zeta_i = (2i/r + gamma) / (1 + gamma)`; keys use the inverse, so the
+    query-key product decays as `zeta^((n - m) / scale_base)`.
+    """
+    zeta = (np.arange(0, rotary_dim, 2) / rotary_dim + gamma) / (1 + gamma)
+    exponent = tf.cast(positions, tf.float32)[..., None] / scale_base  # (..., T, 1)
+    return tf.exp(exponent * tf.constant(np.log(zeta), tf.float32))
+
+
+def rotate(x, cos, sin, interleaved=False):
+    """Rotates the first r features of `x` `(..., r + rest)` by angle pairs.
+
+    `cos`, `sin` `(..., r/2)` broadcast against `x`'s leading axes. Rotate-half
+    (HF, keras-hub): feature `i` pairs with `i + r/2`; interleaved (RoFormer,
+    GPT-J): features `2i` and `2i + 1` pair. Features past r pass unchanged.
+    """
+    half = cos.shape[-1]
+    rotary, rest = x[..., : 2 * half], x[..., 2 * half :]
+    if interleaved:
+        first, second = rotary[..., 0::2], rotary[..., 1::2]
+    else:
+        first, second = rotary[..., :half], rotary[..., half:]
+    cos, sin = tf.cast(cos, x.dtype), tf.cast(sin, x.dtype)
+    new_first = first * cos - second * sin
+    new_second = second * cos + first * sin
+    if interleaved:
+        pairs = tf.stack([new_first, new_second], axis=-1)  # (..., r/2, 2)
+        shape = tf.concat([tf.shape(x)[:-1], [2 * half]], 0)
+        rotated = tf.reshape(pairs, shape)
+    else:
+        rotated = tf.concat([new_first, new_second], axis=-1)
+    if x.shape[-1] == 2 * half:
+        return rotated
+    return tf.concat([rotated, rest], axis=-1)
