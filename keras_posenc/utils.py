@@ -87,7 +87,7 @@ def set_rope_scaling(
             layer.xpos_scale_base,
         )
         if layer.built:
-            _rope_checks.factor_lists(scaling[2], layer.frequency_matrix().shape[1])
+            _rope_checks.factor_lists(scaling[2], layer.rotary_width // 2)
     for layer in layers:
         layer.rope_type = rope_type
         layer.scaling_factor, layer.original_max_position_embeddings = scaling[:2]

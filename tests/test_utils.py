@@ -85,3 +85,21 @@ def test_set_rope_scaling_needs_a_rotary_layer():
     model = models.build_encoder(vocab_size=9, hidden_dim=8, num_heads=2)
     with pytest.raises(ValueError, match="`model` must hold a RotaryEmbedding"):
         utils.set_rope_scaling(model, rope_type="linear", scaling_factor=2.0)
+
+
+def test_set_rope_scaling_switches_between_length_dependent_types():
+    model = rope_model()
+    ids = np.random.randint(1, 9, size=(1, 40))
+    for rope_type, extra in [
+        ("dynamic", {}),
+        ("longrope", {"short_factor": [1.0] * 4, "long_factor": [4.0] * 4}),
+        ("yarn", {}),
+    ]:
+        utils.set_rope_scaling(
+            model,
+            rope_type=rope_type,
+            scaling_factor=4.0,
+            original_max_position_embeddings=16,
+            **extra,
+        )
+        assert np.all(np.isfinite(model(ids).numpy())), rope_type

@@ -9,6 +9,14 @@ def check_call(window, query, key, value, **call_arguments):
             "`key` and `value` must have the same length. Received: "
             f"key.shape={key.shape}, value.shape={value.shape}"
         )
+    if call_arguments["cache"] is not None:
+        check_cache(query, **call_arguments)
+        return
+    if call_arguments["cache_update_index"] is not None:
+        raise ValueError(
+            "`cache_update_index` goes with `cache`. Received: cache=None, "
+            f"cache_update_index={call_arguments['cache_update_index']!r}"
+        )
     if window is None:
         return
     t, s = query.shape[1], key.shape[1]
@@ -30,3 +38,42 @@ def check_call(window, query, key, value, **call_arguments):
                 "attention builds its own band; use query/key masks and "
                 f"start_index). Received: a {name} tensor"
             )
+
+
+def check_cache(query, cache, cache_update_index, heads, **call_arguments):
+    """Cached decoding is self-attention of new tokens at the cache's positions."""
+    if cache_update_index is None:
+        raise ValueError(
+            "`cache_update_index` must be given with `cache` (the position of "
+            "the first new token). Received: cache_update_index=None"
+        )
+    num_heads, key_dim, value_dim = heads
+    expected = (2, None, num_heads, key_dim)
+    if cache.shape.rank != 5 or any(
+        want not in (None, got) for want, got in zip(expected, cache.shape[1:])
+    ):
+        raise ValueError(
+            f"`cache` must have shape (B, 2, S_max, {num_heads}, {key_dim}). "
+            f"Received: cache.shape={cache.shape}"
+        )
+    if value_dim not in (None, key_dim):
+        raise ValueError(
+            "`value_dim` must equal key_dim to keep keys and values in one cache. "
+            f"Received: value_dim={value_dim}, key_dim={key_dim}"
+        )
+    if not call_arguments["self_attention"]:
+        raise ValueError(
+            "`value` and `key` must be None with `cache`: cached decoding is "
+            "self-attention of the new tokens. Received: a value or key tensor"
+        )
+    for name in ("positions", "key_positions", "attention_bias"):
+        if call_arguments[name] is not None:
+            raise ValueError(
+                f"`{name}` must be None with `cache` (positions are "
+                f"cache_update_index + t). Received: a {name} tensor"
+            )
+    if call_arguments["return_attention_scores"]:
+        raise ValueError(
+            "`return_attention_scores` must be False with `cache`. "
+            "Received: return_attention_scores=True"
+        )

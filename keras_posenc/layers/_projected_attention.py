@@ -179,6 +179,32 @@ class ProjectedAttention(keras.layers.Layer):
         mask = None if mask is None else mask[:, None]  # (B, 1, T, S)
         return self.compute_attention(*heads, bias, mask, training)
 
+    def decode(self, query, cache, index, attention_mask=None, training=None):
+        """Cached self-attention of new tokens `(B, T, D)` at `index`.
+
+        Keys and values of the new tokens go into `cache` (rotated at their
+        true positions first); the queries attend causally over the cache,
+        with the position bias evaluated at positions `index + t` against
+        the cached positions `0 .. S_max - 1`. Returns `(output, cache)`.
+        """
+        length, max_length = dim(query, 1), ops.cache.cache_length(cache)
+        q, k, v = self.project(query, query, query)  # (B, N, T, H)
+        if self.rotary is not None:
+            where = ops.position_range(length, index)  # (T,)
+            q, k = self.rotate(q, k, query, query, positions=where, key_positions=where)
+        keys, values, cache = ops.cache.update_cache(cache, k, v, index)
+        bias = None
+        if self.position_bias is not None:
+            cached = cache[:, 0]  # (B, S_max, N, H): the keys, by position
+            bias = self.position_bias(query, cached, start_index=index)
+            bias = tf.cast(bias, tf.float32)  # (1, N, T, S_max)
+        mask = ops.cache.cache_mask(index, length, max_length, self.attention_window)
+        mask = mask[None, None]  # (1, 1, T, S_max)
+        if attention_mask is not None:
+            mask = tf.logical_and(mask, tf.cast(attention_mask, bool)[:, None])
+        context, _ = self.compute_attention(q, keys, values, bias, mask, training)
+        return self._output_dense(ops.merge_heads(context)), cache
+
     def local_context(
         self, inputs, heads, key_mask, query_mask, causal, training, start_index=0
     ):

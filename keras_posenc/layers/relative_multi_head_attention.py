@@ -23,14 +23,12 @@ class RelativeMultiHeadAttention(ProjectedAttention):
     projected to `N` heads (`(B, N, T, H)`, `(B, N, S, H)`), the logits
     `(B, N, T, S)` get the bias `B` of `position_bias` (any producer of the
     bias contract: `RelativePositionBias`, `DynamicPositionBias`, ...) plus an
-    optional call-time `attention_bias`, and masked logits are replaced by
-    `-keras_posenc.ops.MASK_PENALTY` (bounded, so int8 export stays accurate;
-    a masked key is then invisible while some real logit in its row exceeds
-    about -15, which the unmasked self/diagonal logit of any bias does).
-    Softmax runs in float32 even under mixed precision. The output is
-    projected to `output_dim` (the query width by default). The projections
-    are public, named as in `keras.layers.MultiHeadAttention`: `query_dense`,
-    `key_dense`, `value_dense`, `output_dense`.
+    optional call-time `attention_bias`; masked logits become
+    `-keras_posenc.ops.MASK_PENALTY` (bounded for int8 accuracy). Softmax runs
+    in float32 under mixed precision; the output is projected to `output_dim`
+    (the query width by default). The projections are public, named as in
+    `keras.layers.MultiHeadAttention`: `query_dense`, `key_dense`,
+    `value_dense`, `output_dense`.
 
     Subclasses change how attention is computed by overriding one method,
     `compute_attention(query, key, value, bias, mask, training)` (as Keras'
@@ -60,17 +58,14 @@ class RelativeMultiHeadAttention(ProjectedAttention):
             Defaults to `"glorot_uniform"`.
         bias_initializer: str or initializer for the projection biases.
             Defaults to `"zeros"`.
-        attention_window: int W for block-local self-attention: the
-            sequence is cut into blocks of W and each query block attends to
-            its own block and the two neighbouring ones (3W keys), so time and
-            memory grow linearly in T and the position bias is evaluated on
-            the `(T, 3W)` band only (at the keys' true positions), never on the
-            `(T, S)` grid. Dense attention with `keras_posenc.ops.band_mask`
-            gives the same result. Takes query/key Keras masks and causal
-            masking, not a `(B, T, S)` `attention_mask`, `attention_bias`,
-            explicit positions or returned scores (LSH attention is not
-            offered: nothing here shows it beating this exact, linear band).
-            Defaults to `None` (dense).
+        attention_window: int W for block-local self-attention: each block
+            of W queries attends to its own and both neighbouring blocks (3W
+            keys), so time and memory grow linearly in T and the bias is
+            evaluated on that band only, at the true positions. It equals
+            dense attention under `keras_posenc.ops.band_mask`. It takes Keras
+            masks and causal masking, not an `attention_mask`, `attention_bias`,
+            explicit positions or returned scores (no LSH attention: nothing
+            here shows it beating this exact band). Defaults to `None` (dense).
         rotary: a `RotaryEmbedding` that rotates the projected queries and
             keys at their true positions (with any `position_bias`), or
             None. Defaults to `None`.
@@ -88,22 +83,27 @@ class RelativeMultiHeadAttention(ProjectedAttention):
         return_attention_scores: bool, also return the `(B, N, T, S)`
             attention weights. Defaults to `False`.
         training: bool, whether dropout is active.
-        query_mask: optional boolean `(B, T)`, True at real query tokens;
-            Keras passes the query's mask here (masked queries still get a
-            finite output).
-        value_mask: optional boolean `(B, S)`, True at real value tokens;
-            Keras passes the value's mask here.
-        key_mask: optional boolean `(B, S)`, True at real key tokens; Keras
-            passes the key's mask here.
+        query_mask, value_mask, key_mask: optional booleans `(B, T)`, `(B, S)`,
+            `(B, S)`, True at real tokens; Keras passes the inputs' masks here
+            (masked queries still get a finite output).
         start_index: int or scalar tensor, the position of the first query
             (decoding with a cache); keys sit at `0 .. S-1`. Defaults to `0`.
         positions: optional query positions `(T,)` or `(B, T)` (`(..., C)`
             coordinates for an N-D rotary) for the bias and the rotation.
         key_positions: optional key positions of the same form.
+        cache: optional `(B, 2, S_max, N, H)` keys and values of positions
+            `0 .. S_max - 1` (keras-hub's `CachedMultiHeadAttention` layout):
+            the new tokens' keys and values are written at
+            `cache_update_index`, the queries (at positions
+            `cache_update_index + t`) attend causally over the cache with the
+            bias and rotation at their true positions, and the call returns
+            `(output, updated_cache)`.
+        cache_update_index: int or scalar tensor, the position of the first
+            new token; required with `cache`.
 
     Returns:
-        The `(B, T, output_dim)` output, and with `return_attention_scores`
-        also the `(B, N, T, S)` weights.
+        The `(B, T, output_dim)` output; with `return_attention_scores` also
+        the `(B, N, T, S)` weights; with `cache` also the updated cache.
 
     Example:
 
@@ -178,9 +178,11 @@ class RelativeMultiHeadAttention(ProjectedAttention):
         start_index=0,
         positions=None,
         key_positions=None,
+        cache=None,
+        cache_update_index=None,
     ):
-        # Self-attention when `value` is omitted. Keras 2 converts only the
-        # first positional argument.
+        # Self-attention when `value` is omitted (Keras 2 converts only query).
+        self_attention = value is None and key is None
         value = query if value is None else tf.convert_to_tensor(value)
         key = value if key is None else tf.convert_to_tensor(key)
         check_call(
@@ -193,18 +195,18 @@ class RelativeMultiHeadAttention(ProjectedAttention):
             return_attention_scores=return_attention_scores,
             positions=positions,
             key_positions=key_positions,
+            cache=cache,
+            cache_update_index=cache_update_index,
+            self_attention=self_attention,
+            heads=(self.num_heads, self.key_dim, self.value_dim),
         )
         where = dict(
             start_index=start_index, positions=positions, key_positions=key_positions
         )
-        masks = [
-            incoming_mask(tensor, mask)
-            for tensor, mask in (
-                (query, query_mask),
-                (value, value_mask),
-                (key, key_mask),
-            )
-        ]
+        pairs = ((query, query_mask), (value, value_mask), (key, key_mask))
+        masks = [incoming_mask(tensor, mask) for tensor, mask in pairs]
+        if cache is not None:  # decoding: self-attention over the cache
+            return self.decode(query, cache, cache_update_index, attention_mask)
         q, k, v = self.project(query, key, value)  # (B, N, T|S, H)
         if self.rotary is not None:
             q, k = self.rotate(q, k, query, key, **where)

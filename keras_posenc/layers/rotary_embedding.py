@@ -36,15 +36,13 @@ class RotaryEmbedding(keras.layers.Layer):
     theta/`short_factor` (past L0 `long_factor`), factor
     `sqrt(1 + ln(s)/ln(L0))`. The formulas live in `keras_posenc.ops.rotary`.
 
-    xPos (`xpos_scale_base`) scales slot `i` by `zeta_i^(p / base)` for
-    queries and `zeta_i^(-p / base)` for keys (`side=`): logits decay as
-    `zeta^((m - n) / base)`, for causal attention (bidirectional, later keys
-    grow). `coordinate_dim=C` takes C coordinates per position: axial by
-    default (slots split evenly over the coordinates, each its own
-    spectrum), M-RoPE with `sections` (section c of the slots turns with
-    coordinate c: equal coordinates give 1-D RoPE), and with
-    `learned_frequencies` a trained per-head `(N, C, r/2)` frequency matrix
-    starting from the axial one (RoPE-Mixed).
+    xPos (`xpos_scale_base`) scales slot `i` by `zeta_i^(+-p / base)` for
+    queries / keys (`side=`): logits decay as `zeta^((m - n) / base)` (for
+    causal attention). `coordinate_dim=C` takes C coordinates per position:
+    axial (slots split evenly, each coordinate its own spectrum), M-RoPE
+    with `sections` (slot section c turns with coordinate c: equal
+    coordinates give 1-D RoPE), or RoPE-Mixed with `learned_frequencies`
+    (a trained per-head `(N, C, r/2)` matrix, starting axial).
 
     Args:
         max_wavelength: float, the base. Defaults to `10000.0`.
@@ -61,11 +59,10 @@ class RotaryEmbedding(keras.layers.Layer):
         xpos_scale_base: float, xPos' scale base (e.g. 512); None turns xPos
             off. Defaults to `None`.
         coordinate_dim: int, C coordinates per position. Defaults to `1`.
-        grid_shape: tuple of C ints: tokens sit at row-major grid coordinates
-            and positions are flat indices. Defaults to `None`.
+        grid_shape: tuple of C ints, a row-major grid of flat token indices.
+            Defaults to `None`.
         sections: tuple of C ints summing to r/2 (M-RoPE). Defaults to `None`.
-        learned_frequencies: bool, trainable per-head frequencies.
-            Defaults to `False`.
+        learned_frequencies: bool, trained frequencies. Defaults to `False`.
 
     Call arguments:
         inputs: tensor `(B, T, H)` or `(B, T, N, H)`.
@@ -148,19 +145,18 @@ class RotaryEmbedding(keras.layers.Layer):
         self.supports_masking = True
 
     def build(self, input_shape):
-        r = _rope_checks.rotary_width(
+        head_size = _checks.known_width(input_shape)
+        self._width = _rope_checks.rotary_width(
             self.rotary_dim,
-            _checks.known_width(input_shape),
+            head_size,
             self.coordinate_dim,
             self.sections,
             self.rope_parameters,
         )
-        self._half = r // 2
         if self.learned_frequencies:
             heads = input_shape[2] if len(input_shape) == 4 else 1
-            start = np.broadcast_to(
-                self.frequency_matrix(), (heads, self.coordinate_dim, r // 2)
-            )
+            shape = (heads, self.coordinate_dim, self._width // 2)
+            start = np.broadcast_to(self.frequency_matrix(), shape)
             self.frequencies = add_float32_weight(
                 self,
                 name="frequencies",
@@ -226,15 +222,20 @@ class RotaryEmbedding(keras.layers.Layer):
         cos, sin = tf.cos(angles) * factor, tf.sin(angles) * factor
         if self.xpos_scale_base is not None:
             scale = rotary.xpos_scale(
-                2 * self._half, positions[..., 0], self.xpos_scale_base
+                self._width, positions[..., 0], self.xpos_scale_base
             )
             scale = scale if side == "query" else 1.0 / scale
             cos, sin = cos * scale, sin * scale
         return cos, sin
 
+    @property
+    def rotary_width(self):
+        """r, the number of rotated features (known once built)."""
+        return self._width if self.built else self.rotary_dim
+
     def frequency_matrix(self, length=None):
         """`(C, r/2)`: the inverse frequency of each slot for each coordinate."""
-        r, c = 2 * self._half, self.coordinate_dim
+        r, c = self._width, self.coordinate_dim
         parameters = self._parameters()
         return rotary.frequency_matrix(
             self.rope_type, r, self.max_wavelength, parameters, c, self.sections, length
@@ -242,9 +243,5 @@ class RotaryEmbedding(keras.layers.Layer):
 
     def _parameters(self):
         """The type's parameters with defaults filled in."""
-        return rotary.rope_parameters(
-            self.rope_type,
-            self.rope_parameters,
-            self.scaling_factor,
-            self.original_max_position_embeddings,
-        )
+        shared = (self.scaling_factor, self.original_max_position_embeddings)
+        return rotary.rope_parameters(self.rope_type, self.rope_parameters, *shared)

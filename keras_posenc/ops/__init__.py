@@ -5,7 +5,7 @@ attention plumbing (`attention`: masks, head layout) and the block-local
 attention functions (`blocks`). Shape letters: see the README.
 """
 
-from keras_posenc.ops import blocks, rotary
+from keras_posenc.ops import blocks, cache, rotary
 from keras_posenc.ops.attention import (
     MASK_PENALTY,
     band_mask,
@@ -34,6 +34,7 @@ __all__ = [
     "alibi_slopes",
     "band_mask",
     "blocks",
+    "cache",
     "causal_mask",
     "clipped_relative_index",
     "clipped_table_mean",

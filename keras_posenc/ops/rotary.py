@@ -1,12 +1,10 @@
 """Rotary position embedding (RoPE): the frequencies of every scaling, the rotation.
 
-`ROPE_TYPES` is the table of context-extension scalings, each written from its
-reference formula (HF transformers' `modeling_rope_utils` conventions): a
-record says which parameters the type needs, how it turns the default inverse
-frequencies `base^(-2i/r)` into its own (some depend on the current length L,
-the largest position + 1) and by what factor it scales cos and sin.
-Frequencies that do not depend on L are NumPy constants, so an exported graph
-holds them as constants. Shape letters: see the README; r is the rotary width.
+`ROPE_TYPES` is the table of context-extension scalings, each from its paper
+with HF transformers' conventions (ported weights match): its parameters, how it
+changes the inverse frequencies `base^(-2i/r)` (some read the current length L,
+the largest position + 1) and its factor on cos and sin. Frequencies that
+ignore L are NumPy constants, which an export keeps as constants.
 """
 
 import dataclasses
@@ -18,9 +16,7 @@ import tensorflow as tf
 
 def default_inverse_frequencies(rotary_dim, max_wavelength=10000.0):
     """`base^(-2i/r)` for `i < r/2`, float64 NumPy `(r/2,)`."""
-    return max_wavelength ** (
-        -np.arange(0, rotary_dim, 2, dtype=np.float64) / rotary_dim
-    )
+    return max_wavelength ** -(np.arange(0, rotary_dim, 2.0) / rotary_dim)
 
 
 def _linear(inv, r, base, p, length):
@@ -33,6 +29,7 @@ def _ntk(inv, r, base, p, length):
 
 def _dynamic(inv, r, base, p, length):
     s, original = p["scaling_factor"], p["original_max_position_embeddings"]
+    length = original if length is None else length  # None: within training
     ratio = s * tf.cast(length, tf.float32) / original - (s - 1.0)
     ratio = tf.maximum(ratio, 1.0)  # unchanged while L <= L0
     log_base = math.log(base) + (r / (r - 2)) * tf.math.log(ratio)
@@ -69,11 +66,11 @@ def _llama3(inv, r, base, p, length):
 
 
 def _longrope(inv, r, base, p, length):
+    original = p["original_max_position_embeddings"]
+    length = original if length is None else length  # None: within training
     long = tf.constant(p["long_factor"], tf.float32)
     short = tf.constant(p["short_factor"], tf.float32)
-    factors = tf.where(
-        tf.cast(length, tf.float32) > p["original_max_position_embeddings"], long, short
-    )
+    factors = tf.where(tf.cast(length, tf.float32) > original, long, short)
     return tf.constant(inv, tf.float32) / factors
 
 
