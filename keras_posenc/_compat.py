@@ -78,3 +78,11 @@ def add_float32_weight(layer, **kwargs):
 def serialize_layer(layer):
     """`keras.layers.serialize(layer)`, or None for no layer (configs)."""
     return None if layer is None else keras.layers.serialize(layer)
+
+
+def keep_float32_inputs(layer):
+    """Stops mixed precision from casting `layer`'s float32 inputs down."""
+    if IS_KERAS_3:
+        layer.autocast = False
+    else:
+        layer._autocast = False

@@ -27,3 +27,13 @@ def test_equals_keras_layer_normalization():
 def test_rejects_bad_epsilon():
     with pytest.raises(ValueError, match="`epsilon` must be a finite number > 0"):
         LayerNorm(epsilon=0.0)
+
+
+def test_mixed_float16_does_not_overflow_on_large_inputs():
+    tf.keras.mixed_precision.set_global_policy("mixed_float16")
+    x = (1e6 * np.random.normal(size=(2, 3, 8))).astype("float32")
+    ours = LayerNorm()(x)  # Keras 3's LayerNormalization is finite here too
+    assert ours.dtype == tf.float16
+    centered = x.astype("float64") - x.mean(-1, keepdims=True)
+    want = centered / np.sqrt((centered**2).mean(-1, keepdims=True) + 1e-5)
+    np.testing.assert_allclose(ours.numpy().astype("float64"), want, atol=3e-3)

@@ -296,3 +296,25 @@ def test_rotary_with_a_window_equals_dense_with_the_band_mask():
 def test_rotary_must_be_a_rotary_embedding():
     with pytest.raises(TypeError, match="`rotary` must be a RotaryEmbedding or None"):
         make_rotary().__class__(2, 4, rotary=RelativePositionBias(2))
+
+
+def test_a_rank_4_input_is_refused_not_folded_into_the_batch():
+    with pytest.raises(ValueError, match=r"`query` must have rank 3, \(B, L, D\)"):
+        make()(tf.zeros((2, 5, 8, 3)))
+
+
+def test_a_bias_with_another_head_count_is_refused_at_construction():
+    with pytest.raises(ValueError, match="`position_bias` must be a producer of "):
+        RelativeMultiHeadAttention(2, 4, position_bias=RelativePositionBias(3))
+
+
+@pytest.mark.parametrize("window", [None, 2])
+def test_nan_in_padded_tokens_never_reaches_real_tokens(window):
+    layer = make("t5", attention_window=window)
+    x = np.random.normal(size=(2, 6, 4)).astype("float32")
+    mask = np.arange(6)[None] < np.array([[4], [6]])
+    clean = layer(x, x, query_mask=mask, value_mask=mask).numpy()
+    poisoned = x.copy()
+    poisoned[0, 4:] = np.nan
+    out = layer(poisoned, poisoned, query_mask=mask, value_mask=mask).numpy()
+    np.testing.assert_allclose(out[mask], clean[mask], atol=1e-5)

@@ -1,8 +1,27 @@
-"""Call-argument checks of the attention layers, before any work."""
+"""Argument checks of the attention layers, before any work."""
+
+from keras_posenc import _checks
+
+
+def check_heads(name, producer, num_heads):
+    """A bias producer must make one bias per attention head."""
+    heads = getattr(producer, "num_heads", num_heads)
+    if heads != num_heads:
+        _checks.fail(
+            name,
+            f"a producer of num_heads={num_heads} heads",
+            f"{type(producer).__name__}(num_heads={heads})",
+        )
 
 
 def check_call(window, query, key, value, **call_arguments):
     """Errors for calls the layer cannot honour, before any work."""
+    for name, tensor in (("query", query), ("value", value), ("key", key)):
+        if tensor.shape.rank not in (None, 3):
+            raise ValueError(
+                f"`{name}` must have rank 3, (B, L, D): attention never folds "
+                f"other axes into the batch. Received: {name}.shape={tensor.shape}"
+            )
     s_v, s_k = value.shape[1], key.shape[1]
     if s_v is not None and s_k is not None and s_v != s_k:
         raise ValueError(

@@ -133,9 +133,8 @@ class ProjectedAttention(keras.layers.Layer):
         for x, where, side in ((q, q_pos, "query"), (k, k_pos, "key")):
             cos, sin = self.rotary.cos_sin(where, side, length)
             if self.rotary.learned_frequencies:  # (..., L, N, r/2) -> heads first
-                rank = cos.shape.rank
-                order = list(range(rank - 3)) + [rank - 2, rank - 3, rank - 1]
-                cos, sin = tf.transpose(cos, order), tf.transpose(sin, order)
+                swap = tf.experimental.numpy.swapaxes
+                cos, sin = swap(cos, -3, -2), swap(sin, -3, -2)
             elif cos.shape.rank == 3:  # per-example positions (B, L, r/2)
                 cos, sin = cos[:, None], sin[:, None]
             rotated.append(ops.rotary.rotate(x, cos, sin, self.rotary.interleaved))
@@ -160,8 +159,11 @@ class ProjectedAttention(keras.layers.Layer):
         """
         query, key = inputs
         query_mask, value_mask, key_mask = masks
+        keys = ops.combine_masks(1, 1, value_mask=value_mask, key_mask=key_mask)
+        if keys is not None:  # masked values never reach an output, even NaN
+            v = tf.where(keys[:, 0, None, :, None], heads[2], tf.zeros_like(heads[2]))
+            heads = (heads[0], heads[1], v)
         if self.attention_window is not None:
-            keys = ops.combine_masks(1, 1, value_mask=value_mask, key_mask=key_mask)
             keys = None if keys is None else keys[:, 0]  # (B, S)
             context = self.local_context(
                 inputs, heads, keys, query_mask, causal, training, where["start_index"]

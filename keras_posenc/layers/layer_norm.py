@@ -3,7 +3,7 @@
 import tensorflow as tf
 
 from keras_posenc import _checks
-from keras_posenc._compat import keras, register
+from keras_posenc._compat import keep_float32_inputs, keras, register
 
 
 @register
@@ -43,6 +43,7 @@ class LayerNorm(keras.layers.Layer):
         super().__init__(**kwargs)
         self.epsilon = epsilon
         self.supports_masking = True
+        keep_float32_inputs(self)  # as Keras' LayerNormalization
 
     def build(self, input_shape):
         width = _checks.known_width(input_shape)

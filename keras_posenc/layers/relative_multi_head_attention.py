@@ -10,7 +10,7 @@ from keras_posenc._compat import (
     register,
     serialize_layer,
 )
-from keras_posenc.layers._attention_checks import check_call
+from keras_posenc.layers._attention_checks import check_call, check_heads
 from keras_posenc.layers._projected_attention import ProjectedAttention
 from keras_posenc.layers.rotary_embedding import RotaryEmbedding
 
@@ -66,9 +66,8 @@ class RelativeMultiHeadAttention(ProjectedAttention):
             masks and causal masking, not an `attention_mask`, `attention_bias`,
             explicit positions or returned scores (no LSH attention: nothing
             here shows it beating this exact band). Defaults to `None` (dense).
-        rotary: a `RotaryEmbedding` that rotates the projected queries and
-            keys at their true positions (with any `position_bias`), or
-            None. Defaults to `None`.
+        rotary: a `RotaryEmbedding` turning the projected queries and keys at
+            their true positions, or None. Defaults to `None`.
 
     Call arguments:
         query: tensor `(B, T, Dq)`.
@@ -146,6 +145,7 @@ class RelativeMultiHeadAttention(ProjectedAttention):
             "attention_window", attention_window, allow_none=True
         )
         position_bias = optional_layer("position_bias", position_bias)
+        check_heads("position_bias", position_bias, num_heads)
         rotary = optional_layer("rotary", rotary, RotaryEmbedding)
         super().__init__(**kwargs)
         self.num_heads = num_heads
