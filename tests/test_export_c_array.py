@@ -1,4 +1,6 @@
+import os
 import re
+import stat
 
 import numpy as np
 import pytest
@@ -52,3 +54,19 @@ def test_a_failed_write_leaves_no_partial_file(tmp_path):
 def test_missing_folder_is_an_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="does not exist"):
         atomic_write(tmp_path / "nope" / "out.tflite", b"\x00")
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o077])
+def test_written_files_honour_the_umask(tmp_path, umask):
+    previous = os.umask(umask)
+    try:
+        path = atomic_write(tmp_path / "model.tflite", b"TFL3")
+        existing = tmp_path / "old.cc"
+        existing.write_text("x")
+        os.chmod(existing, 0o600)
+        atomic_write(existing, "new", force=True)
+    finally:
+        os.umask(previous)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o666 & ~umask
+    assert stat.S_IMODE(existing.stat().st_mode) == 0o666 & ~umask
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []

@@ -124,3 +124,63 @@ def test_runs_as_a_module_with_a_nonzero_exit_on_bad_input(saved, tmp_path):
     )
     assert result.returncode == BAD_INPUT
     assert "error:" in result.stderr
+
+
+def test_refuses_to_write_over_its_own_input(saved, capsys):
+    args = _args(saved, saved / "model.keras", "--force")
+    before = (saved / "model.keras").read_bytes()
+    assert main(args) == BAD_INPUT
+    assert "is an input of this export" in capsys.readouterr().err
+    assert (saved / "model.keras").read_bytes() == before
+
+
+def test_refuses_an_out_that_collides_with_the_c_array(saved, tmp_path, capsys):
+    assert main(_args(saved, tmp_path / "model.cc", "--c-array")) == BAD_INPUT
+    assert "ends in .cc" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_refuses_a_folder_or_an_unwritable_place_before_converting(
+    saved, tmp_path, capsys
+):
+    assert main(_args(saved, tmp_path, "--force")) == BAD_INPUT
+    assert "is a folder" in capsys.readouterr().err
+    assert main(_args(saved, "/proc/model.tflite")) == BAD_INPUT
+    assert "cannot write in the output folder /proc" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_non_finite_calibration_is_refused_before_converting(tmp_path, capsys, bad):
+    inputs = keras.Input((6, 4))
+    model = keras.Model(inputs, keras.layers.Dense(3)(inputs))
+    model.save(tmp_path / "m.keras")
+    x = np.zeros((4, 6, 4), "float32")
+    x[1, 2, 3] = bad
+    np.save(tmp_path / "x.npy", x)
+    args = [str(tmp_path / "m.keras"), "--calibration", str(tmp_path / "x.npy")]
+    assert main(args + ["--out", str(tmp_path / "m.tflite")]) == BAD_INPUT
+    assert "`representative_data` must be finite" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.keras", "x.npy"]
+
+
+def test_labels_must_match_the_predictions(saved, tmp_path, capsys):
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, 10, size=(8, 10)).astype("int32")
+    np.savez(tmp_path / "per_token.npz", x=x, y=rng.integers(0, 3, (8, 10)))
+    args = _args(saved, tmp_path / "m.tflite")
+    args[2] = str(tmp_path / "per_token.npz")
+    assert main(args) == BAD_INPUT
+    assert "`y` must be integer labels of shape (8,)" in capsys.readouterr().err
+
+
+def test_no_traceback_reaches_the_user(saved, tmp_path, capsys, monkeypatch):
+    import tflite_export
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("disk on fire\nwith a second line")
+
+    monkeypatch.setattr(tflite_export, "convert", broken)
+    assert main(_args(saved, tmp_path / "m.tflite")) == EXPORT_FAILED
+    err = capsys.readouterr().err
+    assert err.strip() == "error: RuntimeError: disk on fire"
+    assert list(tmp_path.iterdir()) == []

@@ -4,6 +4,7 @@ import tensorflow as tf
 
 import tflite_export
 from keras_posenc import IS_KERAS_3, models
+from tflite_export.convert import check_io_types
 
 keras = tf.keras
 
@@ -164,3 +165,12 @@ def test_rope_folds_cos_and_sin_into_constants_in_int8(position, grid):
     assert report.tflm_ok and report.tflm_vs_litert <= (
         TFLM_LITERT_STEPS * report.output_scale
     )
+
+
+def test_a_file_that_is_not_full_int8_is_refused():
+    inputs = keras.Input((4, 3), batch_size=1)
+    model = keras.Model(inputs, keras.layers.Dense(2)(inputs))
+    x = np.random.default_rng(0).normal(size=(8, 4, 3)).astype("float32")
+    float_bytes = tflite_export.convert(model, x, mode="float32")
+    with pytest.raises(tflite_export.ExportError, match="did not produce a full int8"):
+        check_io_types(float_bytes, "int8", "float32")

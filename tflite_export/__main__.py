@@ -11,8 +11,10 @@ atomically (temporary file, then rename). Exit codes: 0 success, 2 bad input,
 """
 
 import argparse
+import os
 import pathlib
 import sys
+import tempfile
 
 import numpy as np
 
@@ -34,36 +36,66 @@ def parse_args(argv):
 
 
 def check_paths(args):
-    """Every path problem, found before anything is loaded."""
+    """Every path problem, found before anything is loaded or converted."""
     outputs = [args.out] + ([args.out.with_suffix(".cc")] if args.c_array else [])
     if not args.model.is_file():
         return f"the model file {args.model} does not exist"
     if not args.calibration.is_file():
         return f"the calibration file {args.calibration} does not exist"
+    if args.c_array and args.out.suffix == ".cc":
+        return f"--out {args.out} ends in .cc, where --c-array writes the C array"
+    inputs = {args.model.resolve(), args.calibration.resolve()}
     for path in outputs:
+        if path.resolve() in inputs:
+            return f"--out {path} is an input of this export; choose another name"
+        if path.is_dir():
+            return f"--out {path} is a folder; name a file"
         if not path.parent.is_dir():
             return f"the output folder {path.parent} does not exist"
         if path.exists() and not args.force:
             return f"{path} exists; pass --force to overwrite it"
+        if not writable(path.parent):
+            return f"cannot write in the output folder {path.parent}"
     return None
 
 
+def writable(folder):
+    """Whether a file can be created in `folder` (probed, then removed)."""
+    try:
+        handle, probe = tempfile.mkstemp(dir=folder, prefix=".tflite_export.")
+    except OSError:
+        return False
+    os.close(handle)
+    os.unlink(probe)
+    return True
+
+
 def load_calibration(path):
-    """`(x, y or None)` from an .npz file with `x` and optional `y`."""
+    """`(x, y or None)` from an .npz file (`x`, optional `y`) or an .npy of `x`."""
     try:
         data = np.load(path, allow_pickle=False)
     except Exception as error:
-        raise ValueError(f"{path} is not a readable .npz file: {error}") from error
+        raise ValueError(
+            f"{path} is not a readable .npz or .npy file: {error}"
+        ) from error
+    if isinstance(data, np.ndarray):
+        return data, None
     if "x" not in data.files:
         raise ValueError(f"{path} must hold the inputs under `x`. Found: {data.files}")
-    x = data["x"]
-    y = data["y"] if "y" in data.files else None
-    if y is not None and (y.ndim != 1 or len(y) != len(x) or y.dtype.kind not in "iu"):
+    return data["x"], data["y"] if "y" in data.files else None
+
+
+def check_labels(model, x, y):
+    """Labels must be integers shaped as the model's predictions: (N,) or (N, T)."""
+    if y is None:
+        return
+    want = (len(x),) + tuple(model.outputs[0].shape[1:-1])
+    want = tuple(x.shape[1] if size is None else size for size in want)
+    if y.shape != want or y.dtype.kind not in "iu":
         raise ValueError(
-            f"`y` must be integer labels of shape ({len(x)},). "
+            f"`y` must be integer labels of shape {want} (one per prediction). "
             f"Received: shape={y.shape}, dtype={y.dtype}"
         )
-    return x, y
 
 
 def load_model(path):
@@ -74,19 +106,42 @@ def load_model(path):
     try:
         return tf.keras.models.load_model(path, compile=False)
     except Exception as first:
+        problem = ValueError(f"cannot load {path}: {_first_line(first)}{_hint(first)}")
         if keras_posenc.IS_KERAS_3:
-            raise ValueError(f"cannot load {path}: {first}") from first
+            raise problem from first
         from tflite_export.qat import quantize_scope
 
         try:
             with quantize_scope():  # a saved QAT model
                 return tf.keras.models.load_model(path, compile=False)
         except Exception:
-            raise ValueError(f"cannot load {path}: {first}") from first
+            raise problem from first
+
+
+def _first_line(error, limit=300):
+    text = str(error).strip().splitlines() or [type(error).__name__]
+    return text[0][:limit]
+
+
+def _hint(error):
+    if "Could not locate class" in str(error):
+        return (
+            " (a .keras file loads only in the Keras mode that saved it: set or "
+            "unset TF_USE_LEGACY_KERAS=1 to match)"
+        )
+    return ""
 
 
 def main(argv=None):
-    args = parse_args(argv)
+    """Exit code of the export; one `error:` line, never a traceback."""
+    try:
+        return _export(parse_args(argv))
+    except Exception as error:  # a fault nothing above foresaw
+        print(f"error: {type(error).__name__}: {_first_line(error)}", file=sys.stderr)
+        return EXPORT_FAILED
+
+
+def _export(args):
     problem = check_paths(args)
     if problem:
         print(f"error: {problem}", file=sys.stderr)
@@ -98,6 +153,7 @@ def main(argv=None):
         x, y = load_calibration(args.calibration)
         model = load_model(args.model)
         data = check_representative_data(model, x, args.sequence_length)
+        check_labels(model, data, y)
     except (ValueError, TypeError) as error:
         print(f"error: {error}", file=sys.stderr)
         return BAD_INPUT

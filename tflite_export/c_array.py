@@ -23,11 +23,19 @@ def atomic_write(path, data, force=False):
     try:
         with os.fdopen(handle, mode) as stream:
             stream.write(data)
+        os.chmod(temporary, 0o666 & ~_umask())  # mkstemp makes 0600
         os.replace(temporary, path)
     except BaseException:
         os.unlink(temporary)
         raise
     return path
+
+
+def _umask():
+    """The process umask (read by setting it and putting it back)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def c_source(model_bytes, name="g_model"):

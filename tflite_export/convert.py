@@ -70,10 +70,30 @@ def convert(model, representative_data, mode="int8", sequence_length=None):
             converter.inference_input_type = io_type
         converter.inference_output_type = io_type
     try:
-        return converter.convert()
+        model_bytes = converter.convert()
     except Exception as error:  # the converter raises many private types
         message = f"TFLite conversion failed in mode={mode!r}: {error}"
         raise ExportError(message) from error
+    check_io_types(model_bytes, mode, data.dtype)
+    return model_bytes
+
+
+def check_io_types(model_bytes, mode, input_dtype):
+    """Raises unless the file's inputs and outputs are what `mode` promised."""
+    if mode == "float32":
+        return
+    from ai_edge_litert.interpreter import Interpreter
+
+    interpreter = Interpreter(model_content=model_bytes)
+    want = "int8" if mode == "int8" else "int16"
+    got_in = np.dtype(interpreter.get_input_details()[0]["dtype"]).name
+    got_out = np.dtype(interpreter.get_output_details()[0]["dtype"]).name
+    want_in = want if np.dtype(input_dtype).kind == "f" else "int32"
+    if (got_in, got_out) != (want_in, want):
+        raise ExportError(
+            f"The converter did not produce a full {mode} model: inputs {got_in}, "
+            f"outputs {got_out} (expected {want_in} and {want})"
+        )
 
 
 def check_representative_data(model, data, sequence_length=None):
@@ -109,7 +129,14 @@ def check_representative_data(model, data, sequence_length=None):
         raise ExportError(
             f"`representative_data` must be numeric. Received: dtype={data.dtype}"
         )
-    return data.astype(np.float32)
+    data = data.astype(np.float32)
+    bad = int(np.size(data) - np.count_nonzero(np.isfinite(data)))
+    if bad:
+        raise ExportError(
+            "`representative_data` must be finite (NaN or inf calibrates nothing "
+            f"and crashes the converter). Received: {bad} non-finite values"
+        )
+    return data
 
 
 def static_model(model, input_shape, dtype):
