@@ -112,3 +112,18 @@ def test_rejects_bad_arguments(kwargs, error, match):
     args.update(kwargs)
     with pytest.raises(error, match=match):
         DynamicPositionBias(**args)
+
+
+def test_grid_bias_honours_start_index():
+    layer = DynamicPositionBias(num_heads=2, coordinate_dim=2, grid_shape=(3, 4))
+    q, k = tf.zeros((1, 12, 1)), tf.zeros((1, 12, 1))
+    full = layer(q, k).numpy()
+    tail = layer(q[:, 8:], k, start_index=8).numpy()
+    np.testing.assert_allclose(tail, full[:, :, 8:], atol=1e-6)
+
+
+@pytest.mark.parametrize("length,start", [(13, 0), (5, 8)])
+def test_tokens_past_the_grid_are_refused(length, start):
+    layer = DynamicPositionBias(num_heads=2, coordinate_dim=2, grid_shape=(3, 4))
+    with pytest.raises(ValueError, match=r"flat indices in \[0, 12\) for grid_shape"):
+        layer(tf.zeros((1, length, 1)), tf.zeros((1, 12, 1)), start_index=start)

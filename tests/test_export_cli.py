@@ -184,3 +184,15 @@ def test_no_traceback_reaches_the_user(saved, tmp_path, capsys, monkeypatch):
     err = capsys.readouterr().err
     assert err.strip() == "error: RuntimeError: disk on fire"
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_file_from_the_other_keras_mode_gets_the_hint(
+    saved, tmp_path, capsys, monkeypatch
+):
+    def other_mode(*args, **kwargs):
+        raise TypeError("Could not locate class 'Functional'. " + "x" * 11000)
+
+    monkeypatch.setattr(keras.models, "load_model", other_mode)
+    assert main(_args(saved, tmp_path / "m.tflite")) == BAD_INPUT
+    err = capsys.readouterr().err.strip()
+    assert "TF_USE_LEGACY_KERAS=1" in err and len(err) < 600

@@ -314,3 +314,11 @@ def test_rejects_positions_of_the_wrong_coordinate_width():
 def test_xpos_needs_the_side():
     with pytest.raises(ValueError, match="`side` must be one of"):
         RotaryEmbedding(xpos_scale_base=64.0)(tf.zeros((1, 3, H)))
+
+
+def test_tokens_past_the_grid_are_refused():
+    layer = RotaryEmbedding(coordinate_dim=2, grid_shape=(2, 3))
+    with pytest.raises(
+        ValueError, match=r"`positions` must be flat indices in \[0, 6\)"
+    ):
+        layer(tf.zeros((1, 7, H)))

@@ -1,5 +1,6 @@
 """Resolving the `start_index` / `positions` call arguments (shared by layers)."""
 
+import numpy as np
 import tensorflow as tf
 
 from keras_posenc import _checks, ops
@@ -35,6 +36,7 @@ def to_coordinates(positions, coordinate_dim=1, grid_shape=None, name="positions
     in `coordinate_dim`.
     """
     if grid_shape:
+        check_on_grid(positions, grid_shape, name)
         return ops.grid_coordinates(positions, grid_shape)
     if coordinate_dim == 1:
         return positions[..., None]
@@ -50,3 +52,24 @@ def to_coordinates(positions, coordinate_dim=1, grid_shape=None, name="positions
             f"Received: {name}.shape={positions.shape}"
         )
     return positions
+
+
+def check_on_grid(positions, grid_shape, name="positions"):
+    """Flat indices must lie on the grid (else they get invented coordinates).
+
+    Checked whenever the indices are known before running: eager calls, and
+    graphs whose positions are constants.
+    """
+    cells = int(np.prod(grid_shape))
+    known = tf.get_static_value(positions)
+    if known is None or np.size(known) == 0:
+        return
+    low, high = float(np.min(known)), float(np.max(known))
+    if low < 0 or high >= cells:
+        _checks.fail(
+            name,
+            f"flat indices in [0, {cells}) for grid_shape={grid_shape}",
+            f"indices from {low:g} to {high:g}",
+            fix="Tokens past the grid would get invented coordinates; "
+            "use a larger grid_shape",
+        )

@@ -18,13 +18,9 @@ PROJECTIONS = ("query_dense", "key_dense", "value_dense", "output_dense")
 
 
 class ProjectedAttention(keras.layers.Layer):
-    """Query/key/value/output projections and `compute_attention`.
-
-    The subclass stores `num_heads`, `key_dim`, `value_dim`, `output_dim`,
-    `use_bias`, the initializers, `attention_window`, `position_bias` and a
-    `_dropout_layer`; this base builds the projections, exposes them under
-    Keras' names and runs logits -> weights -> context, dense or block-local.
-    """
+    """Projections and attention (dense, block-local, cached) for a subclass
+    that stores the arguments of `RelativeMultiHeadAttention` and a
+    `_dropout_layer`; the projections are exposed under Keras' names."""
 
     def build(self, query_shape, value_shape=None, key_shape=None):
         width = _checks.known_width(query_shape, "query")
@@ -221,10 +217,12 @@ class ProjectedAttention(keras.layers.Layer):
         query_pos, key_pos = ops.blocks.block_positions(length, window)
         bias = None
         if self.position_bias is not None:
-            offset = tf.cast(start_index, query_pos.dtype)  # true positions
-            bias = self.position_bias(
-                *inputs, positions=query_pos + offset, key_positions=key_pos + offset
-            )  # (nb, N, W, 3W)
+            # True positions; slots past the sequence (masked) borrow its ends.
+            last, offset = length - 1, tf.cast(start_index, query_pos.dtype)
+            q_at, k_at = (
+                tf.clip_by_value(p, 0, last) + offset for p in (query_pos, key_pos)
+            )
+            bias = self.position_bias(*inputs, positions=q_at, key_positions=k_at)
             bias = ops.blocks.fold_bias(tf.cast(bias, tf.float32))  # (1, N*nb, W, 3W)
         allowed = ops.blocks.band_allowed(
             query_pos, key_pos, length, self.num_heads, key_mask, query_mask, causal
