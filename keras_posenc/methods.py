@@ -60,6 +60,10 @@ class PositionMethod:
 
     def resolve_options(self, position_options, max_length):
         """`{part: constructor kwargs}` from the defaults and the user's options."""
+        if position_options is not None and not isinstance(position_options, dict):
+            _checks.fail(
+                "position_options", "a dict or None", position_options, error=TypeError
+            )
         position_options = dict(position_options or {})
         unknown = sorted(set(position_options) - set(self.options))
         if unknown:

@@ -7,10 +7,25 @@ from keras_posenc.models import POSITION_METHODS, build_encoder
 from keras_posenc.utils import nested_layers
 
 
-def test_every_builder_method_is_a_row():
-    assert POSITION_METHODS == tuple(methods.METHODS)
-    for record in methods.METHODS.values():
-        assert set(record.options.values()) <= set(methods.PARTS)
+def test_every_option_is_an_argument_of_the_layer_it_goes_to():
+    import inspect
+
+    import keras_posenc
+
+    layers = {
+        "sinusoid": keras_posenc.SinusoidalPositionEncoding,
+        "learned": keras_posenc.LearnedPositionEmbedding,
+        "fusion": keras_posenc.GatedPositionFusion,
+        "generator": keras_posenc.HierarchicalPositionNetwork,
+        "block": keras_posenc.RecursivePositionUpdate,
+        "rotary": keras_posenc.RotaryEmbedding,
+    }
+    assert set(POSITION_METHODS) == set(methods.METHODS)
+    for name, record in methods.METHODS.items():
+        for option, part in record.options.items():
+            layer = layers.get(part) or methods.BIASES[record.bias]
+            arguments = inspect.signature(layer.__init__).parameters
+            assert option in arguments, (name, option, layer.__name__)
 
 
 @pytest.mark.parametrize("position", ["t5", "clipped"])
@@ -73,3 +88,8 @@ def test_adding_a_method_is_adding_a_row(monkeypatch):
     out = model(np.arange(1, 7)[None])
     assert out.shape == (1, 6, 8) and np.all(np.isfinite(out))
     assert isinstance(bias, tf.keras.layers.Layer)
+
+
+def test_position_options_must_be_a_dict():
+    with pytest.raises(TypeError, match="`position_options` must be a dict or None"):
+        build_encoder(vocab_size=9, position="t5", position_options=[("a", 1)])

@@ -123,8 +123,9 @@ class ProjectedAttention(keras.layers.Layer):
         """`rotary` applied to heads `(B, N, T|S, H)` at their true positions."""
         q_pos = self.rotary.resolve(query, start_index, positions)  # (..., T, C)
         k_pos = self.rotary.resolve(key, 0, key_positions)  # (..., S, C)
-        # One current length for both sides keeps q.k relative (dynamic types).
-        length = tf.maximum(tf.reduce_max(q_pos), tf.reduce_max(k_pos)) + 1.0
+        length = None  # one current length for both sides keeps q.k relative
+        if ops.rotary.ROPE_TYPES[self.rotary.rope_type].length_dependent:
+            length = tf.maximum(tf.reduce_max(q_pos), tf.reduce_max(k_pos)) + 1.0
         rotated = []
         for x, where, side in ((q, q_pos, "query"), (k, k_pos, "key")):
             cos, sin = self.rotary.cos_sin(where, side, length)
