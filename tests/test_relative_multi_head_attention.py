@@ -163,7 +163,29 @@ def test_accepts_a_combined_2d_input_and_projects_to_output_dim():
     np.testing.assert_allclose(out, attention_oracle(layer, x, x), atol=1e-5)
 
 
-def test_masked_logits_use_a_bounded_penalty():
+def test_masked_keys_get_exactly_zero_weight_in_float():
+    """As Keras: even when every real logit is very negative (issue 12)."""
+    layer = make()
+    x = np.random.normal(size=(1, 4, 4)).astype("float32")
+    mask = np.array([[True, True, True, False]])
+    low = np.full((1, 2, 4, 4), -200.0, "float32")
+    _, weights = layer(
+        x, x, value_mask=mask, attention_bias=low, return_attention_scores=True
+    )
+    np.testing.assert_array_equal(weights.numpy()[..., 3], 0.0)
+    np.testing.assert_allclose(weights.numpy().sum(-1), 1.0, atol=1e-6)
+
+
+def test_int8_exports_trace_a_bounded_mask_penalty():
+    layer = make()
+    x = np.random.normal(size=(1, 4, 4)).astype("float32")
+    mask = np.array([[True, True, True, False]])
+    assert ops.mask_value() == ops.FLOAT_MASK_VALUE
+    with ops.bounded_masking():
+        assert ops.mask_value() == -ops.MASK_PENALTY
+        _, weights = layer(x, x, value_mask=mask, return_attention_scores=True)
+    assert ops.mask_value() == ops.FLOAT_MASK_VALUE
+    assert 0.0 < weights.numpy()[..., 3].max() < 1e-10
     assert 10 <= ops.MASK_PENALTY <= 100
 
 

@@ -54,8 +54,10 @@ def convert(model, representative_data, mode="int8", sequence_length=None):
             "The model is not microcontroller-ready: "
             + "; ".join(f"{name}: {reason}" for name, reason in blockers)
         )
-    static = static_model(model, data.shape[1:], data.dtype)
-    converter = tf.lite.TFLiteConverter.from_keras_model(static)
+    # Traced with bounded masking: a -1e9 constant would wreck int8 ranges.
+    with keras_posenc.ops.bounded_masking():
+        static = static_model(model, data.shape[1:], data.dtype)
+        converter = tf.lite.TFLiteConverter.from_keras_model(static)
     if mode != "float32":
         converter.optimizations = [tf.lite.Optimize.DEFAULT]
         converter.representative_dataset = _calibration(data)
@@ -70,7 +72,8 @@ def convert(model, representative_data, mode="int8", sequence_length=None):
             converter.inference_input_type = io_type
         converter.inference_output_type = io_type
     try:
-        model_bytes = converter.convert()
+        with keras_posenc.ops.bounded_masking():
+            model_bytes = converter.convert()
     except Exception as error:  # the converter raises many private types
         message = f"TFLite conversion failed in mode={mode!r}: {error}"
         raise ExportError(message) from error

@@ -112,7 +112,7 @@ class ProjectedAttention(keras.layers.Layer):
         if bias is not None:
             logits += bias
         if mask is not None:
-            logits = tf.where(mask, logits, -ops.MASK_PENALTY)
+            logits = tf.where(mask, logits, ops.mask_value())
         weights = tf.cast(tf.nn.softmax(logits, axis=-1), self.compute_dtype)
         dropped = self._dropout_layer(weights, training=training)
         return tf.matmul(dropped, value), weights

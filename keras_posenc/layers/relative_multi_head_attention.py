@@ -23,9 +23,9 @@ class RelativeMultiHeadAttention(ProjectedAttention):
     projected to `N` heads (`(B, N, T, H)`, `(B, N, S, H)`), the logits
     `(B, N, T, S)` get the bias `B` of `position_bias` (any producer of the
     bias contract: `RelativePositionBias`, `DynamicPositionBias`, ...) plus an
-    optional call-time `attention_bias`; masked logits become
-    `-keras_posenc.ops.MASK_PENALTY` (bounded for int8 accuracy). Softmax runs
-    in float32 under mixed precision; the output is projected to `output_dim`
+    optional call-time `attention_bias`; masked keys get exactly zero weight
+    (a bounded penalty inside int8 exports, `ops.bounded_masking`). Softmax
+    runs in float32 under mixed precision; the output is projected to `output_dim`
     (the query width by default). The projections are public, named as in
     `keras.layers.MultiHeadAttention`: `query_dense`, `key_dense`,
     `value_dense`, `output_dense`.

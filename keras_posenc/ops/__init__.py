@@ -7,11 +7,14 @@ attention functions (`blocks`). Shape letters: see the README.
 
 from keras_posenc.ops import blocks, cache, rotary
 from keras_posenc.ops.attention import (
+    FLOAT_MASK_VALUE,
     MASK_PENALTY,
     band_mask,
+    bounded_masking,
     causal_mask,
     combine_masks,
     heads_first,
+    mask_value,
     merge_heads,
     split_heads,
 )
@@ -29,11 +32,13 @@ from keras_posenc.ops.positions import (
 )
 
 __all__ = [
+    "FLOAT_MASK_VALUE",
     "MASK_PENALTY",
     "alibi_bias",
     "alibi_slopes",
     "band_mask",
     "blocks",
+    "bounded_masking",
     "cache",
     "causal_mask",
     "clipped_relative_index",
@@ -42,6 +47,7 @@ __all__ = [
     "dense_relative_table",
     "grid_coordinates",
     "heads_first",
+    "mask_value",
     "merge_heads",
     "position_range",
     "relative_positions",

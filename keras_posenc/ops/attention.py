@@ -4,16 +4,38 @@ Shape letters (README): B batch, T query length, S key length, N heads,
 H head size, W attention window.
 """
 
+import contextlib
+import contextvars
+
 import numpy as np
 import tensorflow as tf
 
 from keras_posenc._compat import dim
 
-#: Masked attention logits are replaced by -MASK_PENALTY. Bounded on purpose:
-#: int8 calibration of the logits spans this constant, and -1e9 wrecks int8
-#: accuracy (docs/edge.md). A masked key then gets e^-30 ~ 1e-13 of the weight
-#: of a real key whose logit is 0, whatever the padded content is.
+#: In float, masked logits become FLOAT_MASK_VALUE: the float32 softmax gives
+#: them exactly zero weight, as in Keras' MultiHeadAttention.
+FLOAT_MASK_VALUE = -1e9
+#: Inside `bounded_masking()` (int8 export) they become -MASK_PENALTY: int8
+#: calibration of the logits spans this constant, and -1e9 wrecks int8 accuracy
+#: (docs/edge.md). A masked key then gets e^-30 ~ 1e-13 of the weight of a real
+#: key whose logit is 0.
 MASK_PENALTY = 30.0
+_BOUNDED = contextvars.ContextVar("keras_posenc_bounded_masking", default=False)
+
+
+@contextlib.contextmanager
+def bounded_masking():
+    """Graphs traced inside mask logits with `-MASK_PENALTY` (for int8 export)."""
+    token = _BOUNDED.set(True)
+    try:
+        yield
+    finally:
+        _BOUNDED.reset(token)
+
+
+def mask_value():
+    """What masked logits become now: `FLOAT_MASK_VALUE`, or bounded."""
+    return -MASK_PENALTY if _BOUNDED.get() else FLOAT_MASK_VALUE
 
 
 def causal_mask(query_length, key_length):
