@@ -54,6 +54,16 @@ def choice(name, value, allowed):
     return value
 
 
+def grid_shape(value, coordinate_dim):
+    """A grid shape: None, or `coordinate_dim` positive integers."""
+    if value is None:
+        return None
+    value = tuple(positive_int("grid_shape", size) for size in value)
+    if len(value) != coordinate_dim:
+        _fail("grid_shape", f"of length coordinate_dim={coordinate_dim}", value)
+    return value
+
+
 def fail(name, expectation, value, fix=None, error=ValueError):
     """Raises the standard message for an argument that fails a custom check."""
     _fail(name, expectation, value, fix=fix, error=error)

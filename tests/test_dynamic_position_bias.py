@@ -3,7 +3,11 @@ import pytest
 import tensorflow as tf
 from layer_checks import check_layer
 
-from keras_posenc import DynamicPositionBias, RelativeMultiHeadAttention
+from keras_posenc import (
+    DynamicPositionBias,
+    RelativeMultiHeadAttention,
+    RotaryEmbedding,
+)
 
 
 def mlp_oracle(layer, distances):
@@ -127,3 +131,12 @@ def test_tokens_past_the_grid_are_refused(length, start):
     layer = DynamicPositionBias(num_heads=2, coordinate_dim=2, grid_shape=(3, 4))
     with pytest.raises(ValueError, match=r"flat indices in \[0, 12\) for grid_shape"):
         layer(tf.zeros((1, length, 1)), tf.zeros((1, 12, 1)), start_index=start)
+
+
+@pytest.mark.parametrize("layer", [DynamicPositionBias, RotaryEmbedding])
+def test_a_grid_shape_of_the_wrong_length_is_refused(layer):
+    arguments = {"num_heads": 2} if layer is DynamicPositionBias else {}
+    with pytest.raises(ValueError, match="`grid_shape` must be of length coordinate"):
+        layer(coordinate_dim=2, grid_shape=(2, 3, 4), **arguments)
+    with pytest.raises(ValueError, match="`grid_shape` must be an integer >= 1"):
+        layer(coordinate_dim=2, grid_shape=(2, 0), **arguments)

@@ -186,7 +186,7 @@ class ProjectedAttention(keras.layers.Layer):
         with the position bias evaluated at positions `index + t` against
         the cached positions `0 .. S_max - 1`. Returns `(output, cache)`.
         """
-        length, max_length = dim(query, 1), ops.cache.cache_length(cache)
+        length, max_length = dim(query, 1), dim(cache, 2)  # T, S_max
         q, k, v = self.project(query, query, query)  # (B, N, T, H)
         if self.rotary is not None:
             where = ops.position_range(length, index)  # (T,)

@@ -83,10 +83,7 @@ def coordinates(
 ):
     """Checks the N-D arguments; returns them validated."""
     coordinate_dim = _checks.positive_int("coordinate_dim", coordinate_dim)
-    if grid_shape is not None:
-        grid_shape = tuple(_checks.positive_int("grid_shape", s) for s in grid_shape)
-        if len(grid_shape) != coordinate_dim:
-            _checks.fail("grid_shape", f"of length {coordinate_dim}", grid_shape)
+    grid_shape = _checks.grid_shape(grid_shape, coordinate_dim)
     half = None if rotary_dim is None else rotary_dim // 2
     sections_ = sections(sections_, coordinate_dim, half)
     learned = _checks.boolean("learned_frequencies", learned)

@@ -82,16 +82,7 @@ class DynamicPositionBias(BiasLayer):
         num_layers = _checks.positive_int("num_layers", num_layers)
         log_distance = _checks.boolean("log_distance", log_distance)
         coordinate_dim = _checks.positive_int("coordinate_dim", coordinate_dim)
-        if grid_shape is not None:
-            grid_shape = tuple(
-                _checks.positive_int("grid_shape", size) for size in grid_shape
-            )
-            if len(grid_shape) != coordinate_dim:
-                _checks.fail(
-                    "grid_shape",
-                    f"of length coordinate_dim={coordinate_dim}",
-                    grid_shape,
-                )
+        grid_shape = _checks.grid_shape(grid_shape, coordinate_dim)
         super().__init__(**kwargs)
         self.num_heads = num_heads
         self.hidden_dim = hidden_dim

@@ -8,8 +8,6 @@ positions `0 .. S_max - 1`; new tokens are written at `cache_update_index`.
 import tensorflow as tf
 from tensorflow.compiler.tf2xla.python.xla import dynamic_update_slice
 
-from keras_posenc._compat import dim
-
 
 def update_cache(cache, key, value, index):
     """Writes key/value heads `(B, N, T, H)` into `cache` at `index`.
@@ -39,8 +37,3 @@ def cache_mask(index, query_length, max_length, window=None):
         near = tf.abs(keys[None, :] // window - query[:, None] // window) <= 1
         mask = tf.logical_and(mask, near)
     return mask
-
-
-def cache_length(cache):
-    """S_max, the number of cached positions."""
-    return dim(cache, 2)
