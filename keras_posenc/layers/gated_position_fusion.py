@@ -28,12 +28,17 @@ class GatedPositionFusion(keras.layers.Layer):
             Defaults to `"glorot_uniform"`.
         table_initializer: str or initializer, for the own relative table.
             Defaults to `"glorot_uniform"`.
+        causal: bool, the relative term averages over the keys `j <= i` only
+            (causal language models: no position sees a later one).
+            Defaults to `False` (all `S` keys).
 
     Call arguments:
         abs_pos: tensor `(B, T, D)`, absolute position encoding.
         rel_pos: optional tensor `(B, T, S, D)` (dense) or `(2M + 1, D)`
             (table).
         key_length: int, S for the table paths. Defaults to T.
+        start_index: int or scalar tensor, the position of the first query
+            (decoding with a cache; keys start at 0). Defaults to `0`.
 
     Returns:
         A `(B, T, D)` tensor.
@@ -58,10 +63,13 @@ class GatedPositionFusion(keras.layers.Layer):
         max_distance=None,
         kernel_initializer="glorot_uniform",
         table_initializer="glorot_uniform",
+        causal=False,
         **kwargs,
     ):
         max_distance = _checks.positive_int("max_distance", max_distance, True)
+        causal = _checks.boolean("causal", causal)
         super().__init__(**kwargs)
+        self.causal = causal
         self.max_distance = max_distance
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.table_initializer = keras.initializers.get(table_initializer)
@@ -84,10 +92,10 @@ class GatedPositionFusion(keras.layers.Layer):
             )
         self.built = True
 
-    def call(self, abs_pos, rel_pos=None, key_length=None):
+    def call(self, abs_pos, rel_pos=None, key_length=None, start_index=0):
         absolute = tf.cast(abs_pos, tf.float32)  # (B, T, D)
         gate = tf.sigmoid(self.gate(absolute))  # (B, T, D)
-        relative = self.relative_mean(abs_pos, rel_pos, key_length)
+        relative = self.relative_mean(abs_pos, rel_pos, key_length, start_index)
         fused = gate * absolute + (1.0 - gate) * relative
         return tf.cast(fused, self.compute_dtype)
 
@@ -99,6 +107,7 @@ class GatedPositionFusion(keras.layers.Layer):
         config.update(
             {
                 "max_distance": self.max_distance,
+                "causal": self.causal,
                 "kernel_initializer": keras.initializers.serialize(
                     self.kernel_initializer
                 ),
@@ -109,7 +118,7 @@ class GatedPositionFusion(keras.layers.Layer):
         )
         return config
 
-    def relative_mean(self, abs_pos, rel_pos=None, key_length=None):
+    def relative_mean(self, abs_pos, rel_pos=None, key_length=None, start_index=0):
         """The float32 relative term `mean_j rel[:, :, j]`: `(B, T, D)` or `(T, D)`."""
         if rel_pos is None:
             if self.max_distance is None:
@@ -122,7 +131,12 @@ class GatedPositionFusion(keras.layers.Layer):
         rel_pos = tf.cast(rel_pos, tf.float32)
         rank = rel_pos.shape.rank
         if rank == 4:
-            return tf.reduce_mean(rel_pos, axis=2)  # (B, T, D)
+            if not self.causal:
+                return tf.reduce_mean(rel_pos, axis=2)  # (B, T, D)
+            seen = ops.cache.cache_mask(start_index, dim(rel_pos, 1), dim(rel_pos, 2))
+            seen = tf.cast(seen, tf.float32)[None, :, :, None]  # (1, T, S, 1)
+            count = tf.maximum(tf.reduce_sum(seen, axis=2), 1.0)
+            return tf.reduce_sum(rel_pos * seen, axis=2) / count
         if rank != 2 or rel_pos.shape[0] is None or rel_pos.shape[0] % 2 == 0:
             raise ValueError(
                 "`rel_pos` must be a dense (B, T, S, D) tensor or a (2M + 1, D) "
@@ -131,7 +145,9 @@ class GatedPositionFusion(keras.layers.Layer):
             )
         length = dim(abs_pos, 1)
         keys = length if key_length is None else key_length
-        return ops.clipped_table_mean(rel_pos, length, keys)  # (T, D)
+        return ops.clipped_table_mean(
+            rel_pos, length, keys, start_index, self.causal
+        )  # (T, D)
 
 
 def gated_position_fusion(abs_pos, rel_pos):

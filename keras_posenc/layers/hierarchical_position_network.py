@@ -30,7 +30,9 @@ class HierarchicalPositionNetwork(keras.layers.Layer):
     - `"conv"`: `G(x) = W2 relu(W1 dwconv(x) + b1) + b2`, where a depthwise
       convolution of width `kernel_size` over the zero-padded sequence derives
       position from the boundaries, as conditional positional encodings (PEG)
-      do; it needs no maximum length.
+      do; it needs no maximum length. With `causal=True` the convolution
+      reads the token and the `kernel_size - 1` before it (left zero
+      padding), so no position sees a later token (causal language models).
 
     `num_generators` distinct generators serve the `depth` layers: layer `l`
     uses generator `l * num_generators // depth` (`num_generators=1` shares
@@ -51,15 +53,22 @@ class HierarchicalPositionNetwork(keras.layers.Layer):
             Defaults to `0.0`.
         dropout: float, dropout rate on generated positions. Defaults to `0.0`.
         max_wavelength: float, of the sinusoid features. Defaults to `10000.0`.
+        causal: bool, `"conv"` features read no later token. Defaults to
+            `False` (a centred window).
 
     Call arguments:
         inputs: tensor `(B, T, D)`, the previous layer's output.
         layer_idx: int, the index of the current layer in `[0, depth)`;
             positional (as in docs/design.md) or keyword.
         training: bool, whether dropout is active.
+        start_index: int or scalar tensor, the position of the first token
+            (decoding with a cache). Defaults to `0`.
+        state: optional `(B, kernel_size - 1, D)` inputs that precede these
+            tokens (causal `"conv"` decoding; zeros before the first token).
 
     Returns:
-        `inputs + pos_info`, a `(B, T, D)` tensor.
+        `inputs + pos_info`, a `(B, T, D)` tensor; with `state`, also the
+        state for the next tokens (the last `kernel_size - 1` inputs).
 
     Example:
 
@@ -86,6 +95,7 @@ class HierarchicalPositionNetwork(keras.layers.Layer):
         position_l2=0.0,
         dropout=0.0,
         max_wavelength=10000.0,
+        causal=False,
         **kwargs,
     ):
         dim = _checks.positive_int("dim", dim)
@@ -104,7 +114,9 @@ class HierarchicalPositionNetwork(keras.layers.Layer):
             position_l2 = _checks.positive_float("position_l2", position_l2)
         dropout = _checks.rate("dropout", dropout)
         max_wavelength = _checks.positive_float("max_wavelength", max_wavelength)
+        causal = _checks.boolean("causal", causal)
         super().__init__(**kwargs)
+        self.causal = causal
         self.dim = dim
         self.depth = depth
         self.num_generators = num_generators
@@ -139,11 +151,11 @@ class HierarchicalPositionNetwork(keras.layers.Layer):
             if self.position_features == "conv":
                 conv = keras.layers.DepthwiseConv1D(
                     self.kernel_size,
-                    padding="same",
+                    padding="valid" if self.causal else "same",
                     dtype=self.dtype_policy,
                     name=f"conv_{g}",
                 )
-                build_sublayer(conv, input_shape)
+                build_sublayer(conv, (input_shape[0], None, input_shape[-1]))
                 layers.append(conv)
             hidden_layer = keras.layers.Dense(
                 hidden, "relu", dtype=self.dtype_policy, name=f"hidden_{g}"
@@ -156,11 +168,24 @@ class HierarchicalPositionNetwork(keras.layers.Layer):
             self.generator_layers.extend(layers + [hidden_layer, output])
         self.built = True
 
-    def call(self, inputs, layer_idx=0, training=None):
+    def call(self, inputs, layer_idx=0, training=None, start_index=0, state=None):
         generator = self.generator(self.generator_index(layer_idx))
         features = inputs
+        if state is not None and not (self.causal and self.position_features == "conv"):
+            raise ValueError(
+                "`state` is for causal 'conv' features only. Received: state "
+                f"with position_features={self.position_features!r}, "
+                f"causal={self.causal}"
+            )
+        if self.causal and self.position_features == "conv":
+            if state is None:  # zeros before the first token
+                padding = [[0, 0], [self.kernel_size - 1, 0], [0, 0]]
+                features = tf.pad(inputs, padding)
+            else:
+                features = tf.concat([tf.cast(state, inputs.dtype), inputs], axis=1)
+                state = features[:, axis_size(features, 1) - (self.kernel_size - 1) :]
         if self.position_features == "sinusoid":
-            positions = ops.position_range(axis_size(inputs, 1))  # (T,)
+            positions = ops.position_range(axis_size(inputs, 1), start_index)  # (T,)
             table = ops.sinusoid(positions, self.dim, self.max_wavelength)  # (T, D)
             table = tf.broadcast_to(tf.cast(table, inputs.dtype), tf.shape(inputs))
             features = tf.concat([inputs, table], axis=-1)  # (B, T, 2D)
@@ -170,6 +195,8 @@ class HierarchicalPositionNetwork(keras.layers.Layer):
         if self.position_l2:
             squared = tf.square(tf.cast(pos_info, tf.float32))
             self.add_loss(self.position_l2 * tf.reduce_mean(squared))
+        if state is not None:
+            return inputs + pos_info, state
         return inputs + pos_info
 
     def compute_output_shape(self, input_shape):
@@ -188,6 +215,7 @@ class HierarchicalPositionNetwork(keras.layers.Layer):
                 "position_l2": self.position_l2,
                 "dropout": self.dropout,
                 "max_wavelength": self.max_wavelength,
+                "causal": self.causal,
             }
         )
         return config

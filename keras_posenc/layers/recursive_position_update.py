@@ -50,9 +50,14 @@ class RecursivePositionUpdate(keras.layers.Layer):
         attention_mask: optional boolean `(B, T, T)`.
         use_causal_mask: bool. Defaults to `False`.
         training: bool, whether dropout is active.
+        cache: optional pair `[content, position]` of the two attentions'
+            `(B, 2, S_max, heads, head_size)` key/value caches (cached
+            decoding, as `RelativeMultiHeadAttention`'s `cache`).
+        cache_update_index: int or scalar tensor, the position of the first
+            new token; required with `cache`.
 
     Returns:
-        A `(B, T, D)` tensor.
+        A `(B, T, D)` tensor; with `cache`, also the updated pair of caches.
 
     Example:
 
@@ -155,7 +160,25 @@ class RecursivePositionUpdate(keras.layers.Layer):
         use_causal_mask=False,
         training=None,
         mask=None,
+        cache=None,
+        cache_update_index=None,
     ):
+        if cache is not None:  # both attentions decode causally over a cache
+            if not isinstance(cache, (list, tuple)) or len(cache) != 2:
+                _checks.fail(
+                    "cache",
+                    "a [content, position] pair",
+                    type(cache).__name__,
+                    error=TypeError,
+                )
+            content, attended = self.attention(
+                inputs, cache=cache[0], cache_update_index=cache_update_index
+            )
+            position, seen = self.position_attention(
+                inputs, cache=cache[1], cache_update_index=cache_update_index
+            )
+            update = self.position_output(self.position_hidden(position))
+            return self.norm(inputs + content + update), [attended, seen]
         kwargs = dict(
             attention_mask=attention_mask,
             use_causal_mask=use_causal_mask,

@@ -133,7 +133,7 @@ def alibi_bias(relative_position, num_heads, bidirectional=True):
     return -(left_slope[:, None, None] * before + right_slope[:, None, None] * after)
 
 
-def clipped_table_mean(table, query_length, key_length, start_index=0):
+def clipped_table_mean(table, query_length, key_length, start_index=0, causal=False):
     """`mean_j table[clip(j - i, -M, M) + M]` for every query `i`, in O(T*D).
 
     Equals averaging the dense `(T, S, D)` relative tensor over keys without
@@ -145,6 +145,8 @@ def clipped_table_mean(table, query_length, key_length, start_index=0):
         query_length: int or scalar tensor T.
         key_length: int or scalar tensor S.
         start_index: position of the first query (keys are at `0 .. S-1`).
+        causal: bool, average over the keys `j <= i` only (`key_length` is
+            then unused): the mean no longer depends on later tokens.
 
     Returns:
         A float32 tensor `(T, D)`.
@@ -154,6 +156,9 @@ def clipped_table_mean(table, query_length, key_length, start_index=0):
     m = (rows - 1) // 2
     i = tf.range(query_length) + start_index  # (T,)
     first, last = -i, key_length - 1 - i  # distance range of each query
+    count = tf.cast(key_length, tf.float32)
+    if causal:
+        last, count = tf.zeros_like(i), tf.cast(i + 1, tf.float32)[:, None]
     left = tf.maximum(0, tf.minimum(last, -m - 1) - first + 1)  # count below -M
     right = tf.maximum(0, last - tf.maximum(first, m + 1) + 1)  # count above M
     lo = tf.clip_by_value(tf.maximum(first, -m), -m, m + 1) + m
@@ -164,7 +169,7 @@ def clipped_table_mean(table, query_length, key_length, start_index=0):
         tf.cast(left, tf.float32)[:, None] * table[0]
         + tf.cast(right, tf.float32)[:, None] * table[rows - 1]
     )
-    return (middle + tails) / tf.cast(key_length, tf.float32)
+    return (middle + tails) / count
 
 
 def dense_relative_table(table, query_length, key_length, start_index=0):

@@ -1,0 +1,203 @@
+"""The layers of a causal language model and its one forward pass.
+
+`Decoder` owns the layers; `forward` runs them either on a whole sequence
+(causal masks) or on new tokens against caches (`cache` given), so the
+training graph and the decoding step share one definition.
+"""
+
+from keras_posenc import _checks
+from keras_posenc._compat import keras
+from keras_posenc.layers.combined_position_input import CombinedPositionInput
+from keras_posenc.layers.gated_position_fusion import GatedPositionFusion
+from keras_posenc.layers.hierarchical_position_network import (
+    HierarchicalPositionNetwork,
+)
+from keras_posenc.layers.layer_norm import LayerNorm
+from keras_posenc.layers.learned_position_embedding import LearnedPositionEmbedding
+from keras_posenc.layers.recursive_position_update import RecursivePositionUpdate
+from keras_posenc.layers.relative_multi_head_attention import (
+    RelativeMultiHeadAttention,
+)
+from keras_posenc.layers.relative_position_bias import RelativePositionBias
+from keras_posenc.layers.sinusoidal_position_encoding import (
+    SinusoidalPositionEncoding,
+)
+from keras_posenc.layers.token_embedding import TokenEmbedding
+from keras_posenc.methods import METHODS
+
+
+def causal_parts(method, position, position_options, max_length):
+    """The method's part options, refusing any that would look ahead."""
+    parts = method.resolve_options(position_options, max_length)
+    if parts["bias"].get("bidirectional"):
+        _checks.fail(
+            "position_options",
+            f"without bidirectional=True for position={position!r}: a causal "
+            "model's bias sees only keys before the query",
+            position_options,
+        )
+    if method.bias == "relative":
+        parts["bias"]["bidirectional"] = False
+    return parts
+
+
+class Decoder:
+    """The layers of a decoder-only Transformer with one position method."""
+
+    def __init__(self, config):
+        method = METHODS[config["position"]]
+        parts = causal_parts(
+            method,
+            config["position"],
+            config["position_options"],
+            config["max_length"],
+        )
+        width, heads = config["hidden_dim"], config["num_heads"]
+        layers, dropout = config["num_layers"], config["dropout"]
+        window = config["attention_window"]
+        self.method, self.num_layers = method, layers
+        self.embedding = TokenEmbedding(config["vocab_size"], width, name="embedding")
+        self.absolute = self.fusion = self.combined = None
+        kind = method.input_positions
+        if kind in ("sinusoidal", "gated"):
+            name = "sinusoidal_positions" if kind == "sinusoidal" else "gated_absolute"
+            self.absolute = SinusoidalPositionEncoding(name=name, **parts["sinusoid"])
+        elif kind == "learned":
+            self.absolute = LearnedPositionEmbedding(
+                config["max_length"], name="learned_positions", **parts["learned"]
+            )
+        if kind == "gated":
+            self.fusion = GatedPositionFusion(
+                causal=True, name="gated_fusion", **parts["fusion"]
+            )
+        if method.combined_input:
+            self.combined = SinusoidalPositionEncoding(
+                name="combined_positions", **parts["sinusoid"]
+            )
+            self.combine = CombinedPositionInput(name="combined_input")
+        self.embedding_norm = LayerNorm(name="embedding_norm")
+        self.first = min(method.generator_from, layers - 1)
+        self.hpn = None
+        if method.generator is not None:
+            self.hpn = HierarchicalPositionNetwork(
+                width,
+                layers - self.first,
+                position_features=method.generator,
+                causal=True,
+                name="position_network",
+                **parts["generator"],
+            )
+        self.blocks, self.norms, self.ffn = [], [], []
+        for index in range(layers):
+            if method.recursive:
+                block = dict(parts["block"])
+                bias = RelativePositionBias(
+                    block.get("position_heads", 1),
+                    bidirectional=False,
+                    name=f"position_bias_{index}",
+                )
+                self.blocks.append(
+                    RecursivePositionUpdate(
+                        heads,
+                        width // heads,
+                        dropout=dropout,
+                        position_bias=bias,
+                        attention_window=window,
+                        name=f"recursive_{index}",
+                        **block,
+                    )
+                )
+            else:
+                self.blocks.append(
+                    RelativeMultiHeadAttention(
+                        heads,
+                        width // heads,
+                        output_dim=width,
+                        dropout=dropout,
+                        position_bias=method.bias_layer(heads, index, None, parts),
+                        rotary=method.rotary_layer(index, None, parts),
+                        attention_window=window,
+                        name=f"attention_{index}",
+                    )
+                )
+                self.norms.append(LayerNorm(name=f"attention_norm_{index}"))
+            self.ffn.append(
+                (
+                    keras.layers.Dense(2 * width, "relu", name=f"ffn_hidden_{index}"),
+                    keras.layers.Dense(width, name=f"ffn_output_{index}"),
+                    keras.layers.Dropout(dropout, name=f"ffn_dropout_{index}"),
+                    LayerNorm(name=f"ffn_norm_{index}"),
+                )
+            )
+        self.head = keras.layers.Dense(config["vocab_size"], name="logits")
+
+    def conv_state(self, index):
+        """Whether layer `index` keeps a causal-convolution state in the cache."""
+        return (
+            self.hpn is not None
+            and index >= self.first
+            and self.hpn.position_features == "conv"
+            and self.hpn.kernel_size > 1
+        )
+
+    def cache_shapes(self, batch_size, max_length):
+        """The shapes of the cache tensors, in the order `forward` reads them."""
+        shapes = []
+        for index, block in enumerate(self.blocks):
+            if self.conv_state(index):
+                width = self.hpn.dim
+                shapes.append((batch_size, self.hpn.kernel_size - 1, width))
+            attentions = (block,)
+            if self.method.recursive:
+                attentions = (block.attention, block.position_attention)
+            for attention in attentions:
+                size = (attention.num_heads, attention.key_dim)
+                shapes.append((batch_size, 2, max_length) + size)
+        return shapes
+
+    def forward(self, tokens, cache=None, index=0, training=None):
+        """Logits `(B, T, V)`; with `cache` (a list), also the updated list.
+
+        Without a cache the tokens sit at `0 .. T-1` under causal masks; with
+        one they sit at `index ...` and read the cached keys (and the causal
+        convolution's state) of the earlier positions.
+        """
+        decoding = cache is not None
+        where = {"start_index": index} if decoding else {}
+        slots, updated = iter(cache or ()), []
+        x = self.embedding(tokens)
+        if self.fusion is not None:
+            x = x + self.fusion(self.absolute(x, **where), **where)
+        elif self.absolute is not None:
+            x = x + self.absolute(x, **where)
+        x = self.embedding_norm(x)
+        for i, block in enumerate(self.blocks):
+            if self.hpn is not None and i >= self.first:
+                if decoding and self.conv_state(i):
+                    x, state = self.hpn(x, i - self.first, state=next(slots))
+                    updated.append(state)
+                else:
+                    x = self.hpn(x, i - self.first, training=training, **where)
+            if self.method.recursive:
+                if decoding:
+                    pair = [next(slots), next(slots)]
+                    x, pair = block(x, cache=pair, cache_update_index=index)
+                    updated.extend(pair)
+                else:
+                    x = block(x, use_causal_mask=True, training=training)
+            else:
+                query = x
+                if self.combined is not None and i == 0:
+                    query = self.combine(x, self.combined(x, **where))
+                if decoding:
+                    attended, state = block(
+                        query, cache=next(slots), cache_update_index=index
+                    )
+                    updated.append(state)
+                else:
+                    attended = block(query, use_causal_mask=True, training=training)
+                x = self.norms[i](x + attended)
+            hidden, output, dropout, norm = self.ffn[i]
+            x = norm(x + dropout(output(hidden(x)), training=training))
+        logits = self.head(x)
+        return (logits, updated) if decoding else logits

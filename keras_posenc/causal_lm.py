@@ -1,0 +1,212 @@
+"""Decoder-only language models with any position method, and generation."""
+
+import tensorflow as tf
+
+from keras_posenc import _checks, generation
+from keras_posenc import _keras_steps as _steps
+from keras_posenc._compat import keras, register
+from keras_posenc._decoder import Decoder
+from keras_posenc.methods import METHODS
+
+
+@register
+class CausalLM(keras.Model):
+    """A decoder-only Transformer language model: `(B, T)` ids -> `(B, T, V)` logits.
+
+    A functional model (train it with `model.fit`, save it as `.keras`) that
+    is causal for every position method: attention is masked to `j <= i`,
+    biases are one-directional, `"hpn"`/`"hybrid"` position generators use
+    causal convolutions, `"gated"` averages its relative table over
+    `j <= i`, and the `"recursive"` blocks attend causally. Changing token
+    `t` never changes the logits before `t`.
+
+    `generate` decodes with a key/value cache: every attention keeps the keys
+    and values of earlier positions (`cache_shapes`), and each position
+    producer (bias, rotation, absolute table, position generator) is
+    evaluated at the new token's true position against the cache, so cached
+    decoding gives the logits a full recompute gives.
+
+    Args: those of `build_causal_lm`.
+
+    Example:
+
+    >>> import keras_posenc
+    >>> model = keras_posenc.models.build_causal_lm(
+    ...     vocab_size=20, hidden_dim=16, num_layers=1, num_heads=2,
+    ...     position="alibi")
+    >>> model.generate([[1, 2, 3]], max_new_tokens=4).shape
+    (1, 7)
+    """
+
+    def __init__(
+        self,
+        vocab_size,
+        sequence_length=None,
+        hidden_dim=64,
+        num_layers=2,
+        num_heads=4,
+        dropout=0.0,
+        position="rope",
+        max_length=512,
+        attention_window=None,
+        position_options=None,
+        **kwargs,
+    ):
+        _checks.choice("position", position, tuple(METHODS))
+        config = {
+            "vocab_size": _checks.positive_int("vocab_size", vocab_size),
+            "sequence_length": _checks.positive_int(
+                "sequence_length", sequence_length, True
+            ),
+            "hidden_dim": _checks.positive_int("hidden_dim", hidden_dim),
+            "num_layers": _checks.positive_int("num_layers", num_layers),
+            "num_heads": _checks.positive_int("num_heads", num_heads),
+            "dropout": _checks.rate("dropout", dropout),
+            "position": position,
+            "max_length": _checks.positive_int("max_length", max_length),
+            "attention_window": _checks.positive_int(
+                "attention_window", attention_window, True
+            ),
+            "position_options": position_options,
+        }
+        if config["hidden_dim"] % config["num_heads"]:
+            _checks.fail(
+                "hidden_dim", f"divisible by num_heads={num_heads}", hidden_dim
+            )
+        length = config["sequence_length"]
+        if position == "learned" and length and length > config["max_length"]:
+            _checks.fail(
+                "max_length", f">= sequence_length={length} for 'learned'", max_length
+            )
+        decoder = Decoder(config)
+        tokens = keras.Input((length,), dtype="int32", name="tokens")
+        logits = decoder.forward(tokens)
+        kwargs.setdefault("name", "causal_lm")
+        super().__init__(tokens, logits, **kwargs)
+        self._decoder = decoder
+        self._lm_config = config
+
+    def get_config(self):
+        return {"name": self.name, "trainable": self.trainable, **self._lm_config}
+
+    @classmethod
+    def from_config(cls, config, custom_objects=None):
+        return cls(**config)
+
+    @property
+    def position(self):
+        """The position method's name."""
+        return self._lm_config["position"]
+
+    def cache_shapes(self, batch_size, max_length):
+        """Shapes of the cache tensors of `call_with_cache`, in order.
+
+        Each attention holds `(B, 2, max_length, N, H)` keys and values (two
+        per `"recursive"` block); a causal position convolution holds its last
+        `kernel_size - 1` inputs `(B, kernel_size - 1, D)`.
+        """
+        return self._decoder.cache_shapes(batch_size, max_length)
+
+    def empty_cache(self, batch_size, max_length):
+        """A list of zero float32 cache tensors for `call_with_cache`."""
+        shapes = self.cache_shapes(batch_size, max_length)
+        return [tf.zeros(shape, tf.float32) for shape in shapes]
+
+    def compiled_steps(
+        self, batch_size, total_length, use_cache=True, jit_compile=False
+    ):
+        """The compiled `(prefill, step)` functions of `generate`, traced once.
+
+        Kept per `(batch_size, total_length, use_cache, jit_compile)`, so
+        repeated `generate` calls reuse them and
+        `step.experimental_get_tracing_count()` stays 1 however many tokens
+        are decoded (`prefill` is None without the cache).
+        """
+        key = (batch_size, total_length, use_cache, jit_compile)
+        functions = self.__dict__.setdefault("_generation_functions", {})
+        if key not in functions:
+            functions[key] = _steps.compile_steps(self, *key)
+        return functions[key]
+
+    def call_with_cache(self, token_ids, cache, cache_update_index):
+        """Logits `(B, T, V)` of tokens at `cache_update_index ...`, and the cache.
+
+        Args:
+            token_ids: int tensor `(B, T)`, the new tokens.
+            cache: list of tensors shaped as `cache_shapes`, holding the
+                earlier positions (`empty_cache` before the first call).
+            cache_update_index: int or scalar int tensor, the position of the
+                first new token.
+
+        Returns:
+            `(logits, updated_cache)`.
+        """
+        return self._decoder.forward(token_ids, list(cache), cache_update_index)
+
+    def generate(
+        self,
+        prompt_ids,
+        max_new_tokens,
+        sampler="greedy",
+        temperature=1.0,
+        top_k=50,
+        top_p=0.9,
+        seed=None,
+        stop_token_ids=None,
+        use_cache=True,
+        pad_token_id=0,
+        jit_compile=False,
+    ):
+        """Prompts followed by generated tokens, `(B, P + max_new_tokens)`.
+
+        Args:
+            prompt_ids: int array `(B, P)`, or a list of token lists of
+                different lengths (right-padded with `pad_token_id`; each row
+                continues right after its own prompt, at its true positions).
+            max_new_tokens: int >= 1, new tokens per row.
+            sampler: `"greedy"`, `"top_k"` or `"top_p"` (nucleus).
+            temperature: float > 0, divides the logits before sampling.
+            top_k: int >= 1, the candidates of `"top_k"`.
+            top_p: float in (0, 1], the probability mass of `"top_p"`.
+            seed: int or None, seeds the sampler (same seed, same tokens).
+            stop_token_ids: token ids that end a row (kept in the output);
+                the slots after them hold `pad_token_id`.
+            use_cache: bool, decode with the key/value cache (one token per
+                step) or recompute the whole sequence every step; both give
+                the same tokens.
+            pad_token_id: int, fills padding and the slots after a stop token.
+            jit_compile: bool, compile the step with XLA. Defaults to `False`
+                (a graph, traced once).
+
+        Returns:
+            An int32 NumPy array `(B, P + max_new_tokens)`.
+        """
+        prompts, lengths = generation.check_prompts(prompt_ids, pad_token_id)
+        generation.check_sampling(sampler, temperature, top_k, top_p, max_new_tokens)
+        use_cache = _checks.boolean("use_cache", use_cache)
+        batch, total = len(lengths), prompts.shape[1] + max_new_tokens
+        limit = self._lm_config["max_length"]
+        if self.position == "learned" and total > limit:
+            _checks.fail(
+                "max_new_tokens",
+                f"at most max_length - prompt length = {limit - prompts.shape[1]} "
+                "for position='learned' (its table ends at max_length)",
+                max_new_tokens,
+            )
+        prefill, step = _steps.decoding_steps(
+            self, batch, total, use_cache, jit_compile
+        )
+        return generation.generate_tokens(
+            prefill,
+            step,
+            prompts,
+            lengths,
+            max_new_tokens,
+            sampler=sampler,
+            temperature=temperature,
+            top_k=top_k,
+            top_p=top_p,
+            seed=seed,
+            stop_token_ids=stop_token_ids,
+            pad_token_id=pad_token_id,
+        )
