@@ -5,7 +5,9 @@
 training graph and the decoding step share one definition.
 """
 
-from keras_posenc import _checks
+import tensorflow as tf
+
+from keras_posenc import _checks, ops
 from keras_posenc._compat import keras
 from keras_posenc.layers.combined_position_input import CombinedPositionInput
 from keras_posenc.layers.gated_position_fusion import GatedPositionFusion
@@ -145,8 +147,7 @@ class Decoder:
         shapes = []
         for index, block in enumerate(self.blocks):
             if self.conv_state(index):
-                width = self.hpn.dim
-                shapes.append((batch_size, self.hpn.kernel_size - 1, width))
+                shapes.append((batch_size, max_length, self.hpn.dim))
             attentions = (block,)
             if self.method.recursive:
                 attentions = (block.attention, block.position_attention)
@@ -154,6 +155,28 @@ class Decoder:
                 size = (attention.num_heads, attention.key_dim)
                 shapes.append((batch_size, 2, max_length) + size)
         return shapes
+
+    def encode_input(self, x, start_index=0):
+        """The absolute encoding added to the embeddings `x`."""
+        if self.fusion is None:
+            return self.absolute(x, start_index=start_index)
+        encoding = self.absolute(x, start_index=start_index)
+        return self.fusion(encoding, start_index=start_index)
+
+    def encode_combined(self, x, start_index=0):
+        """The sinusoids joined to the first attention's input."""
+        return self.combined(x, start_index=start_index)
+
+    def positions(self, x, encode, cache, index):
+        """`encode(x)` at the tokens' positions (decoding: `index ...`)."""
+        if cache is None:
+            return encode(x)
+        max_length = next(c.shape[2] for c in cache if c.shape.rank == 5)
+
+        def at(start, count):  # (1, count, D): the encodings ignore content
+            return encode(tf.zeros((1, count, x.shape[-1]), x.dtype), start)
+
+        return ops.cache.position_rows(at, index, tf.shape(x)[1], max_length)
 
     def forward(self, tokens, cache=None, index=0, training=None):
         """Logits `(B, T, V)`; with `cache` (a list), also the updated list.
@@ -166,15 +189,15 @@ class Decoder:
         where = {"start_index": index} if decoding else {}
         slots, updated = iter(cache or ()), []
         x = self.embedding(tokens)
-        if self.fusion is not None:
-            x = x + self.fusion(self.absolute(x, **where), **where)
-        elif self.absolute is not None:
-            x = x + self.absolute(x, **where)
+        if self.absolute is not None:
+            x = x + self.positions(x, self.encode_input, cache, index)
         x = self.embedding_norm(x)
         for i, block in enumerate(self.blocks):
             if self.hpn is not None and i >= self.first:
                 if decoding and self.conv_state(i):
-                    x, state = self.hpn(x, i - self.first, state=next(slots))
+                    x, state = self.hpn(
+                        x, i - self.first, state=next(slots), start_index=index
+                    )
                     updated.append(state)
                 else:
                     x = self.hpn(x, i - self.first, training=training, **where)
@@ -188,7 +211,8 @@ class Decoder:
             else:
                 query = x
                 if self.combined is not None and i == 0:
-                    query = self.combine(x, self.combined(x, **where))
+                    encode = self.encode_combined
+                    query = self.combine(x, self.positions(x, encode, cache, index))
                 if decoding:
                     attended, state = block(
                         query, cache=next(slots), cache_update_index=index

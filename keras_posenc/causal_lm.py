@@ -102,8 +102,8 @@ class CausalLM(keras.Model):
         """Shapes of the cache tensors of `call_with_cache`, in order.
 
         Each attention holds `(B, 2, max_length, N, H)` keys and values (two
-        per `"recursive"` block); a causal position convolution holds its last
-        `kernel_size - 1` inputs `(B, kernel_size - 1, D)`.
+        per `"recursive"` block); a causal position convolution holds its
+        inputs `(B, max_length, D)`, by position.
         """
         return self._decoder.cache_shapes(batch_size, max_length)
 

@@ -260,9 +260,10 @@ def test_causal_convolution_state_decoding_equals_the_whole_sequence():
     whole = hpn(x, 0).numpy()
     changed = hpn(tf.concat([x[:, :6], x[:, 6:] + 1.0], axis=1), 0).numpy()
     np.testing.assert_allclose(changed[:, :6], whole[:, :6], atol=1e-6)
-    state, pieces = tf.zeros((2, 4, 4)), []
-    for t in range(9):
-        out, state = hpn(x[:, t : t + 1], 0, state=state)
+    out, state = hpn(x[:, :3], 0, state=tf.zeros((2, 12, 4)), start_index=0)
+    pieces = [out.numpy()]
+    for t in range(3, 9):
+        out, state = hpn(x[:, t : t + 1], 0, state=state, start_index=t)
         pieces.append(out.numpy())
     np.testing.assert_allclose(np.concatenate(pieces, axis=1), whole, atol=1e-5)
     with pytest.raises(ValueError, match="state"):

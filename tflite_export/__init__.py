@@ -5,6 +5,7 @@ Imports `keras_posenc`, never the reverse. TF-MOT is imported lazily by
 """
 
 from tflite_export.c_array import atomic_write, c_source, write_c_array
+from tflite_export.causal_lm import convert_causal_lm
 from tflite_export.convert import (
     MODES,
     ExportError,
@@ -12,6 +13,7 @@ from tflite_export.convert import (
     microcontroller_blockers,
     static_model,
 )
+from tflite_export.generate import generate_tflite
 from tflite_export.qat import QuantizationError, quantize_aware, quantize_scope
 from tflite_export.verify import Report, dequantize, quantize, verify
 
@@ -23,7 +25,9 @@ __all__ = [
     "atomic_write",
     "c_source",
     "convert",
+    "convert_causal_lm",
     "dequantize",
+    "generate_tflite",
     "microcontroller_blockers",
     "quantize",
     "quantize_aware",

@@ -195,8 +195,7 @@ class ProjectedAttention(keras.layers.Layer):
         bias = None
         if self.position_bias is not None:
             cached = cache[:, 0]  # (B, S_max, N, H): the keys, by position
-            bias = self.position_bias(query, cached, start_index=index)
-            bias = tf.cast(bias, tf.float32)  # (1, N, T, S_max)
+            bias = ops.cache.cached_bias(self.position_bias, query, cached, index)
         mask = ops.cache.cache_mask(index, length, max_length, self.attention_window)
         mask = mask[None, None]  # (1, 1, T, S_max)
         if attention_mask is not None:

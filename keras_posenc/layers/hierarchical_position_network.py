@@ -63,12 +63,14 @@ class HierarchicalPositionNetwork(keras.layers.Layer):
         training: bool, whether dropout is active.
         start_index: int or scalar tensor, the position of the first token
             (decoding with a cache). Defaults to `0`.
-        state: optional `(B, kernel_size - 1, D)` inputs that precede these
-            tokens (causal `"conv"` decoding; zeros before the first token).
+        state: optional `(B, S_max, D)` inputs of positions `0 .. S_max - 1`
+            (causal `"conv"` decoding, as a key/value cache): these tokens are
+            written at `start_index` and the convolution reads the
+            `kernel_size - 1` inputs before each of them (zeros before 0).
 
     Returns:
         `inputs + pos_info`, a `(B, T, D)` tensor; with `state`, also the
-        state for the next tokens (the last `kernel_size - 1` inputs).
+        updated state.
 
     Example:
 
@@ -182,8 +184,7 @@ class HierarchicalPositionNetwork(keras.layers.Layer):
                 padding = [[0, 0], [self.kernel_size - 1, 0], [0, 0]]
                 features = tf.pad(inputs, padding)
             else:
-                features = tf.concat([tf.cast(state, inputs.dtype), inputs], axis=1)
-                state = features[:, axis_size(features, 1) - (self.kernel_size - 1) :]
+                features, state = self._window(inputs, state, start_index)
         if self.position_features == "sinusoid":
             positions = ops.position_range(axis_size(inputs, 1), start_index)  # (T,)
             table = ops.sinusoid(positions, self.dim, self.max_wavelength)  # (T, D)
@@ -198,6 +199,15 @@ class HierarchicalPositionNetwork(keras.layers.Layer):
         if state is not None:
             return inputs + pos_info, state
         return inputs + pos_info
+
+    def _window(self, inputs, state, start_index):
+        """The inputs at `start_index - k + 1 ...` from the updated state."""
+        state = ops.cache.write_rows(state, inputs, start_index)  # (B, S_max, D)
+        first = tf.cast(start_index, tf.int32) - (self.kernel_size - 1)
+        where = tf.range(axis_size(inputs, 1) + self.kernel_size - 1) + first
+        window = tf.gather(state, tf.maximum(where, 0), axis=1)  # (B, T + k - 1, D)
+        seen = tf.cast(where >= 0, window.dtype)[None, :, None]
+        return window * seen, state
 
     def compute_output_shape(self, input_shape):
         return tuple(input_shape)

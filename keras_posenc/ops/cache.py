@@ -5,8 +5,51 @@ The cache follows keras-hub's `CachedMultiHeadAttention`: one tensor
 positions `0 .. S_max - 1`; new tokens are written at `cache_update_index`.
 """
 
+import contextlib
+import contextvars
+
 import tensorflow as tf
 from tensorflow.compiler.tf2xla.python.xla import dynamic_update_slice
+
+_STATIC = contextvars.ContextVar("keras_posenc_static_decoding", default=False)
+
+
+@contextlib.contextmanager
+def static_decoding():
+    """Decoding steps traced inside read biases from a constant position grid.
+
+    For exports with a static cache length: the bias of every (query, key)
+    pair of `0 .. S_max - 1` folds into a constant and the step gathers the
+    rows of its runtime positions, so no logarithm, bucketing or selection
+    runs on the device (microcontrollers lack several of those ops at int8).
+    """
+    token = _STATIC.set(True)
+    try:
+        yield
+    finally:
+        _STATIC.reset(token)
+
+
+def position_rows(encode, index, length, max_length):
+    """`encode(start_index)` for `length` tokens at `index`, `(..., T, D)`.
+
+    Inside `static_decoding()` the encoding of all `max_length` positions is
+    a constant and the rows of the runtime positions are gathered from it.
+    `encode(start, count)` returns the encoding of positions `start ...`.
+    """
+    if not _STATIC.get():
+        return encode(index, length)
+    rows = tf.range(length) + tf.cast(index, tf.int32)
+    return tf.gather(encode(0, max_length), rows, axis=-2)
+
+
+def cached_bias(position_bias, query, keys, index):
+    """Float32 bias `(1 or B, N, T, S_max)` of queries at `index ...` vs cached keys."""
+    if _STATIC.get():
+        grid = position_bias(keys, keys)  # (1, N, S_max, S_max), no runtime input
+        rows = tf.range(tf.shape(query)[1]) + tf.cast(index, tf.int32)
+        return tf.gather(tf.cast(grid, tf.float32), rows, axis=2)
+    return tf.cast(position_bias(query, keys, start_index=index), tf.float32)
 
 
 def update_cache(cache, key, value, index):
@@ -17,11 +60,22 @@ def update_cache(cache, key, value, index):
         `(B, N, S_max, H)` and the updated `(B, 2, S_max, N, H)` cache.
     """
     index = tf.cast(index, tf.int32)
-    new = tf.stack([key, value], axis=1)  # (B, 2, N, T, H)
-    new = tf.transpose(new, [0, 1, 3, 2, 4])  # (B, 2, T, N, H)
+    new = tf.stack([heads_last(key), heads_last(value)], axis=1)  # (B, 2, T, N, H)
     cache = dynamic_update_slice(cache, tf.cast(new, cache.dtype), [0, 0, index, 0, 0])
-    heads_first = tf.transpose(cache, [1, 0, 3, 2, 4])  # (2, B, N, S_max, H)
-    return heads_first[0], heads_first[1], cache
+    # Unstacked, not sliced: microcontrollers slice at most 4-D tensors.
+    keys, values = tf.unstack(cache, axis=1)  # (B, S_max, N, H) each
+    return heads_last(keys), heads_last(values), cache
+
+
+def heads_last(x):
+    """Swaps axes 1 and 2 of a 4-D tensor: `(B, N, T, H) <-> (B, T, N, H)`."""
+    return tf.transpose(x, [0, 2, 1, 3])
+
+
+def write_rows(buffer, rows, index):
+    """`buffer (B, S_max, ...)` with `rows (B, T, ...)` written at position `index`."""
+    start = [0, tf.cast(index, tf.int32)] + [0] * (buffer.shape.rank - 2)
+    return dynamic_update_slice(buffer, tf.cast(rows, buffer.dtype), start)
 
 
 def cache_mask(index, query_length, max_length, window=None):

@@ -1,0 +1,235 @@
+"""Causal language models on the device: prefill/decode TFLite and generation.
+
+`convert_causal_lm` turns a `keras_posenc.causal_lm.CausalLM` into TFLite
+with the key/value cache passed in and out as tensors: for LiteRT one model
+with a `prefill` signature (a whole padded prompt at positions
+`0 .. max_length - 1`) and a `decode` signature (one token at `index`); for
+TFLM one single-subgraph decode step (static shapes, one token in, the cache
+in and out). `generate_tflite` decodes with either interpreter.
+"""
+
+import os
+import tempfile
+
+import numpy as np
+import tensorflow as tf
+from tensorflow.python.framework.convert_to_constants import (
+    convert_variables_to_constants_v2 as freeze,
+)
+
+import keras_posenc
+from keras_posenc.causal_lm import CausalLM
+from keras_posenc.ops.cache import static_decoding
+from keras_posenc.utils import nested_layers
+from tflite_export.convert import ExportError
+
+#: Where a causal LM runs: LiteRT (phones) or TFLM (microcontrollers).
+TARGETS = ("litert", "tflm")
+#: The conversion modes of a causal LM.
+LM_MODES = ("int8", "float32")
+#: Calibration sequences decoded to record realistic caches.
+CALIBRATION_SEQUENCES = 8
+
+
+def convert_causal_lm(
+    model, calibration_ids, mode="int8", max_length=64, target="litert"
+):
+    """TFLite bytes of a causal LM with its KV cache as inputs and outputs.
+
+    Signature `decode` (the only one for `target="tflm"`): inputs `token`
+    `(1, 1)` int32, `index` `()` int32 (the token's position) and
+    `cache_0 .. cache_{n-1}` (`model.cache_shapes(1, max_length)`); outputs
+    `logits` `(1, 1, V)` and the updated caches. Signature `prefill`
+    (LiteRT only): input `tokens` `(1, max_length)` int32, a prompt padded at
+    the end; outputs `logits` `(1, max_length, V)` and the caches (slots past
+    the prompt are overwritten by later decode steps before anything reads
+    them). In `"int8"` mode kernels, activations, caches and logits are int8
+    (token ids and the index stay int32); the sines and cosines of rotary
+    positions stay float islands evaluated at the runtime index;
+    biases and absolute encodings are constants of all `max_length`
+    positions whose rows the step gathers. Every method converts for both
+    targets except xPos for TFLM (its scale is an exponential of the runtime
+    position, and TFLM has no int8 EXP): refused before converting.
+
+    Args:
+        model: a `CausalLM` (`keras_posenc.models.build_causal_lm`).
+        calibration_ids: int array `(N, L)` of real token sequences; each of
+            the first `CALIBRATION_SEQUENCES` is decoded to calibrate
+            activations and caches.
+        mode: `"int8"` or `"float32"`.
+        max_length: int, the cache length S (the longest prompt plus
+            generated text).
+        target: `"litert"` or `"tflm"`.
+
+    Returns:
+        The `.tflite` model as bytes.
+    """
+    if not isinstance(model, CausalLM):
+        raise TypeError(
+            "`model` must be a CausalLM (keras_posenc.models.build_causal_lm). "
+            f"Received: {type(model).__name__}"
+        )
+    if mode not in LM_MODES:
+        raise ValueError(f"`mode` must be one of {LM_MODES}. Received: mode={mode!r}")
+    if target not in TARGETS:
+        raise ValueError(
+            f"`target` must be one of {TARGETS}. Received: target={target!r}"
+        )
+    if (
+        isinstance(max_length, bool)
+        or not isinstance(max_length, int)
+        or max_length < 2
+    ):
+        raise ValueError(
+            f"`max_length` must be an int >= 2. Received: max_length={max_length!r}"
+        )
+    limit = model.get_config()["max_length"]
+    if model.position == "learned" and max_length > limit:
+        raise ValueError(
+            f"`max_length` must be <= the model's max_length={limit} for "
+            f"position='learned'. Received: max_length={max_length}"
+        )
+    if target == "tflm":
+        for layer in nested_layers(model):
+            if getattr(layer, "xpos_scale_base", None) is not None:
+                raise ExportError(
+                    f"{layer.name}: xPos scales keys by an exponential of the runtime "
+                    "position, and TFLM's EXP kernel is float-only (an int8 EXP "
+                    "fails to prepare); export xPos with target='litert'"
+                )
+    ids = check_calibration_ids(model, calibration_ids)
+    keys = ["decode"] if target == "tflm" else ["prefill", "decode"]
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "saved_model")
+        with keras_posenc.ops.bounded_masking(), static_decoding():
+            signatures = _signatures(model, max_length, keys)
+            # Weights frozen into constants: the converter keeps variables of
+            # multi-signature SavedModels as READ_VARIABLE ops otherwise.
+            frozen = {key: _frozen(function) for key, function in signatures.items()}
+            tf.saved_model.save(tf.Module(), path, signatures=frozen)
+        converter = tf.lite.TFLiteConverter.from_saved_model(path, signature_keys=keys)
+        if mode == "int8":
+            converter.optimizations = [tf.lite.Optimize.DEFAULT]
+            converter.representative_dataset = _calibration(
+                model, ids, max_length, keys
+            )
+            converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+            converter.inference_input_type = tf.int8
+            converter.inference_output_type = tf.int8
+        try:
+            with keras_posenc.ops.bounded_masking():
+                model_bytes = converter.convert()
+        except Exception as error:  # the converter raises many private types
+            raise ExportError(
+                f"TFLite conversion failed in mode={mode!r}: {error}"
+            ) from error
+    _check_types(model_bytes, mode, keys)
+    return model_bytes
+
+
+def check_calibration_ids(model, calibration_ids):
+    """The calibration token ids as int32 `(N, L)`, checked against the vocabulary."""
+    ids = np.asarray(calibration_ids)
+    if ids.ndim != 2 or ids.size == 0 or ids.dtype.kind not in "iu":
+        raise ExportError(
+            "`calibration_ids` must be integer token ids (N, L) with N, L >= 1. "
+            f"Received: shape={ids.shape}, dtype={ids.dtype}"
+        )
+    vocab = model.get_config()["vocab_size"]
+    if ids.min() < 0 or ids.max() >= vocab:
+        raise ExportError(
+            f"`calibration_ids` must lie in [0, vocab_size={vocab}). "
+            f"Received: ids in [{ids.min()}, {ids.max()}]"
+        )
+    return ids.astype(np.int32)
+
+
+def _signatures(model, max_length, keys):
+    shapes = model.cache_shapes(1, max_length)
+    cache_specs = {
+        f"cache_{i}": tf.TensorSpec(shape, tf.float32, name=f"cache_{i}")
+        for i, shape in enumerate(shapes)
+    }
+
+    def outputs(logits, cache):
+        return {"logits": logits, **{f"cache_{i}": c for i, c in enumerate(cache)}}
+
+    def decode(token, index, **cache):
+        ordered = [cache[f"cache_{i}"] for i in range(len(shapes))]
+        return outputs(*model.call_with_cache(token, ordered, index))
+
+    def prefill(tokens):
+        empty = [tf.zeros(shape, tf.float32) for shape in shapes]
+        return outputs(*model.call_with_cache(tokens, empty, 0))
+
+    token = tf.TensorSpec((1, 1), tf.int32, name="token")
+    index = tf.TensorSpec((), tf.int32, name="index")
+    concrete = {
+        "decode": tf.function(decode).get_concrete_function(token, index, **cache_specs)
+    }
+    if "prefill" in keys:
+        tokens = tf.TensorSpec((1, max_length), tf.int32, name="tokens")
+        concrete["prefill"] = tf.function(prefill).get_concrete_function(tokens)
+    return concrete
+
+
+def _frozen(function):
+    """`function` with its weights as constants, keeping its input/output names."""
+    constant = freeze(function)
+    args, kwargs = function.structured_input_signature
+    names = sorted(function.structured_outputs)  # the flattening order of a dict
+
+    def named(*positional, **keyword):
+        flat = list(positional) + [keyword[key] for key in sorted(keyword)]
+        return dict(zip(names, constant(*flat)))
+
+    return tf.function(named).get_concrete_function(*args, **kwargs)
+
+
+def _calibration(model, ids, max_length, keys):
+    """Representative `(signature, inputs)` pairs from decoding real sequences."""
+    _, step = model.compiled_steps(1, max_length)
+    samples = []
+    for row in ids[:CALIBRATION_SEQUENCES]:
+        row = row[:max_length]
+        cache = model.empty_cache(1, max_length)
+        if "prefill" in keys:
+            padded = np.zeros((1, max_length), np.int32)
+            padded[0, : len(row)] = row
+            samples.append(("prefill", {"tokens": padded}))
+        for t, token in enumerate(row):
+            inputs = {
+                "token": np.array([[token]], np.int32),
+                "index": np.array(t, np.int32),
+            }
+            inputs.update({f"cache_{i}": c.numpy() for i, c in enumerate(cache)})
+            samples.append(("decode", inputs))
+            _, cache = step(tf.constant(inputs["token"]), cache, tf.constant(t))
+
+    def generator():
+        yield from samples
+
+    return generator
+
+
+def _check_types(model_bytes, mode, keys):
+    """Raises unless int8 was produced where int8 was asked."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    interpreter = Interpreter(model_content=model_bytes)
+    found = sorted(interpreter.get_signature_list())
+    if found != sorted(keys):
+        raise ExportError(f"Expected signatures {sorted(keys)}, found {found}")
+    if mode == "float32":
+        return
+    for key in keys:
+        runner = interpreter.get_signature_runner(key)
+        details = {**runner.get_input_details(), **runner.get_output_details()}
+        for name, detail in details.items():
+            want = "int32" if name in ("token", "tokens", "index") else "int8"
+            got = np.dtype(detail["dtype"]).name
+            if got != want:
+                raise ExportError(
+                    f"The converter did not produce a full int8 model: {key}/{name} "
+                    f"is {got} (expected {want})"
+                )

@@ -1,0 +1,250 @@
+"""Generation with a converted causal LM, in LiteRT or in the TFLM interpreter.
+
+The host keeps the cache between steps (dequantized to float32; an int8 cache
+whose input and output share a scale round-trips exactly) and runs the same
+decoding loop and samplers as `CausalLM.generate`.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+from keras_posenc import generation
+from tflite_export.verify import dequantize, quantize
+
+#: Interpreters `generate_tflite` can use.
+RUNTIMES = ("litert", "tflm")
+#: Seconds a TFLM generation subprocess may run.
+TFLM_GENERATE_TIMEOUT_SECONDS = 600
+
+
+def generate_tflite(
+    model_bytes,
+    prompt_ids,
+    max_new_tokens,
+    runtime="litert",
+    sampler="greedy",
+    temperature=1.0,
+    top_k=50,
+    top_p=0.9,
+    seed=None,
+    stop_token_ids=None,
+    pad_token_id=0,
+):
+    """Prompts and new tokens `(B, P + max_new_tokens)` from a converted LM.
+
+    Args:
+        model_bytes: bytes of `convert_causal_lm` (a `decode` signature, and
+            `prefill` for LiteRT models).
+        prompt_ids: int array `(B, P)` or a list of token lists (rows are
+            decoded one after another: the model has batch 1).
+        max_new_tokens: int >= 1; each prompt plus its new tokens must fit
+            the model's cache length.
+        runtime: `"litert"` or `"tflm"` (run in a subprocess, which an
+            unsupported op cannot take down with the caller).
+        sampler, temperature, top_k, top_p, seed, stop_token_ids,
+        pad_token_id: as `CausalLM.generate`.
+
+    Returns:
+        An int32 NumPy array, laid out as `CausalLM.generate`'s.
+    """
+    if not isinstance(model_bytes, (bytes, bytearray)):
+        _fail("model_bytes", "bytes of a .tflite model", type(model_bytes).__name__)
+    if runtime not in RUNTIMES:
+        _fail("runtime", f"one of {RUNTIMES}", runtime)
+    prompts, lengths = generation.check_prompts(prompt_ids, pad_token_id)
+    generation.check_sampling(sampler, temperature, top_k, top_p, max_new_tokens)
+    capacity = cache_length(model_bytes)
+    if prompts.shape[1] > capacity:
+        _fail(
+            "prompt_ids",
+            f"prompts of at most the cache length {capacity}",
+            prompts.shape[1],
+        )
+    if prompts.shape[1] + max_new_tokens > capacity:
+        _fail(
+            "max_new_tokens",
+            f"at most the cache length {capacity} minus the prompt length "
+            f"{prompts.shape[1]}",
+            max_new_tokens,
+        )
+    options = dict(
+        max_new_tokens=max_new_tokens,
+        sampler=sampler,
+        temperature=temperature,
+        top_k=top_k,
+        top_p=top_p,
+        seed=seed,
+        stop_token_ids=list(stop_token_ids or ()),
+        pad_token_id=pad_token_id,
+    )
+    if runtime == "tflm":
+        return _in_subprocess(model_bytes, prompts, lengths, options)
+    return decode_rows(Decoder(model_bytes, "litert"), prompts, lengths, options)
+
+
+def decode_rows(decoder, prompts, lengths, options):
+    """Runs the decoding loop row by row (batch-1 models)."""
+    total = prompts.shape[1] + options["max_new_tokens"]
+    out = np.full((len(prompts), total), options["pad_token_id"], np.int32)
+    for b, length in enumerate(lengths):
+        decoder.reset()
+        row = generation.generate_tokens(
+            decoder.prefill,
+            decoder.step,
+            prompts[b : b + 1, :length],
+            lengths[b : b + 1],
+            **options,
+        )
+        out[b, : row.shape[1]] = row[0]
+    return out
+
+
+def cache_length(model_bytes):
+    """The cache length S of a converted LM (its `decode` cache inputs)."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    runner = Interpreter(model_content=bytes(model_bytes)).get_signature_runner(
+        "decode"
+    )
+    return int(runner.get_input_details()["cache_0"]["shape"][2])
+
+
+class Decoder:
+    """`prefill` / `step` callables over a converted LM in one interpreter."""
+
+    def __init__(self, model_bytes, runtime):
+        from ai_edge_litert.interpreter import Interpreter, OpResolverType
+
+        # Builtin kernels, no XNNPACK: the arithmetic TFLM reproduces.
+        self.litert = Interpreter(
+            model_content=bytes(model_bytes),
+            experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES,
+        )
+        self.signatures = self.litert.get_signature_list()
+        decode = self.litert.get_signature_runner("decode")
+        self.inputs = decode.get_input_details()
+        self.outputs = decode.get_output_details()
+        self.caches = sorted(
+            (n for n in self.inputs if n.startswith("cache_")), key=_number
+        )
+        if runtime == "tflm":  # one subgraph: tensors by their position
+            from tflite_micro.python.tflite_micro import runtime as micro
+
+            self.micro = micro.Interpreter.from_bytes(
+                bytes(model_bytes), arena_size=16 << 20
+            )
+            order = [d["index"] for d in self.litert.get_input_details()]
+            self.input_slot = {
+                n: order.index(d["index"]) for n, d in self.inputs.items()
+            }
+            order = [d["index"] for d in self.litert.get_output_details()]
+            self.output_slot = {
+                n: order.index(d["index"]) for n, d in self.outputs.items()
+            }
+        else:
+            self.micro = None
+            self.decode = decode
+        self.reset()
+
+    def reset(self):
+        self.state = [
+            np.zeros(self.inputs[name]["shape"], np.float32) for name in self.caches
+        ]
+
+    def run_decode(self, token, index):
+        feeds = {
+            "token": np.array([[token]], np.int32),
+            "index": np.array(index, np.int32),
+        }
+        feeds.update(zip(self.caches, self.state))
+        raw = {
+            name: quantize(np.asarray(v), self.inputs[name])
+            for name, v in feeds.items()
+        }
+        if self.micro is None:
+            results = self.decode(**raw)
+        else:
+            for name, value in raw.items():
+                self.micro.set_input(value, self.input_slot[name])
+            self.micro.invoke()
+            results = {
+                name: np.array(self.micro.get_output(slot))
+                for name, slot in self.output_slot.items()
+            }
+        values = {
+            name: dequantize(results[name], self.outputs[name]) for name in results
+        }
+        self.state = [values[name] for name in self.caches]
+        return values["logits"][:, -1]  # (1, V)
+
+    def prefill(self, tokens):
+        if self.micro is None and "prefill" in self.signatures:
+            length = tokens.shape[1]
+            runner = self.litert.get_signature_runner("prefill")
+            details = runner.get_output_details()
+            padded = np.zeros(runner.get_input_details()["tokens"]["shape"], np.int32)
+            padded[0, :length] = tokens[0]
+            results = runner(tokens=padded)
+            values = {n: dequantize(results[n], details[n]) for n in results}
+            self.state = [values[name] for name in self.caches]
+            return values["logits"][:, length - 1]
+        logits = None
+        for t in range(
+            tokens.shape[1]
+        ):  # decode-only models read the prompt token by token
+            logits = self.run_decode(int(tokens[0, t]), t)
+        return logits
+
+    def step(self, tokens, index):
+        return self.run_decode(int(tokens[0, 0]), index)
+
+
+def _fail(name, expectation, value):
+    raise ValueError(f"`{name}` must be {expectation}. Received: {name}={value!r}")
+
+
+def _number(name):
+    return int(name.split("_")[-1])
+
+
+def _in_subprocess(model_bytes, prompts, lengths, options):
+    """TFLM generation in a child process (an unsupported op may abort it)."""
+    with tempfile.TemporaryDirectory() as workdir:
+        with open(os.path.join(workdir, "model.tflite"), "wb") as handle:
+            handle.write(model_bytes)
+        np.savez(os.path.join(workdir, "prompts.npz"), prompts=prompts, lengths=lengths)
+        with open(os.path.join(workdir, "options.json"), "w") as handle:
+            json.dump(options, handle)
+        result = subprocess.run(
+            [sys.executable, "-m", "tflite_export.generate", workdir],
+            capture_output=True,
+            text=True,
+            timeout=TFLM_GENERATE_TIMEOUT_SECONDS,
+        )
+        if result.returncode != 0:
+            lines = [
+                line for line in (result.stdout + result.stderr).splitlines() if line
+            ]
+            reason = lines[-1] if lines else f"exit status {result.returncode}"
+            raise RuntimeError(f"TFLM generation failed: {reason}")
+        return np.load(os.path.join(workdir, "tokens.npy"))
+
+
+def _worker(workdir):
+    with open(os.path.join(workdir, "model.tflite"), "rb") as handle:
+        model_bytes = handle.read()
+    arrays = np.load(os.path.join(workdir, "prompts.npz"))
+    with open(os.path.join(workdir, "options.json")) as handle:
+        options = json.load(handle)
+    decoder = Decoder(model_bytes, "tflm")
+    tokens = decode_rows(decoder, arrays["prompts"], arrays["lengths"], options)
+    np.save(os.path.join(workdir, "tokens.npy"), tokens)
+
+
+if __name__ == "__main__":
+    _worker(sys.argv[1])
