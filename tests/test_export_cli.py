@@ -196,3 +196,34 @@ def test_a_file_from_the_other_keras_mode_gets_the_hint(
     assert main(_args(saved, tmp_path / "m.tflite")) == BAD_INPUT
     err = capsys.readouterr().err.strip()
     assert "TF_USE_LEGACY_KERAS=1" in err and len(err) < 600
+
+
+@pytest.fixture(scope="module")
+def saved_lm(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("cli_lm")
+    keras.utils.set_random_seed(0)
+    model = models.build_causal_lm(
+        11, hidden_dim=8, num_heads=2, num_layers=1, position="alibi"
+    )
+    model.save(folder / "lm.keras")
+    ids = np.random.default_rng(0).integers(1, 11, size=(6, 12)).astype("int32")
+    np.save(folder / "ids.npy", ids)
+    return folder
+
+
+def test_a_causal_lm_exports_for_microcontrollers(saved_lm, tmp_path, capsys):
+    out = tmp_path / "lm.tflite"
+    args = [str(saved_lm / "lm.keras"), "--calibration", str(saved_lm / "ids.npy")]
+    code = main(args + ["--out", str(out), "--target", "tflm", "--max-length", "12"])
+    printed = capsys.readouterr().out
+    assert code == 0, printed
+    assert "| TFLM == LiteRT | True |" in printed
+    from tflite_export.generate import cache_length
+
+    assert cache_length(out.read_bytes()) == 12
+
+
+def test_causal_lm_options_are_refused_for_other_models(saved, tmp_path, capsys):
+    assert main(_args(saved, tmp_path / "m.tflite", "--target", "tflm")) == BAD_INPUT
+    assert "causal language models" in capsys.readouterr().err
+    assert not (tmp_path / "m.tflite").exists()

@@ -1,13 +1,20 @@
 """Command line: convert, verify and write a saved model.
 
     python -m tflite_export MODEL.keras --calibration DATA.npz --out OUT.tflite \
-        [--mode int8|int16x8|float32] [--sequence-length T] [--c-array] [--force]
+        [--mode int8|int16x8|float32] [--sequence-length T] [--c-array] [--force] \
+        [--target litert|tflm] [--max-length S]
 
 DATA.npz holds the inputs under `x` and optionally labels under `y` (which
-turn on accuracy reporting). Everything is checked before work starts;
-nothing is written unless the model converts and runs in TFLM, and then only
-atomically (temporary file, then rename). Exit codes: 0 success, 2 bad input,
-1 a model that cannot be exported.
+turn on accuracy reporting). A causal language model
+(`keras_posenc.models.build_causal_lm`) is exported with its KV cache
+(`tflite_export.convert_causal_lm`): `x` holds token sequences, `--max-length`
+sets the cache length and `--target` picks LiteRT (prefill and decode
+signatures) or TFLM (one decode step); the file is written once greedy
+generation from the first sequence runs in LiteRT, and in TFLM for `tflm`.
+Everything is checked before work starts; nothing is written unless the
+model converts and runs in TFLM, and then only atomically (temporary file,
+then rename). Exit codes: 0 success, 2 bad input, 1 a model that cannot be
+exported.
 """
 
 import argparse
@@ -32,6 +39,12 @@ def parse_args(argv):
     parser.add_argument("--sequence-length", type=int, default=None)
     parser.add_argument("--c-array", action="store_true", help="also write OUT.cc")
     parser.add_argument("--force", action="store_true", help="overwrite outputs")
+    parser.add_argument(
+        "--target", choices=("litert", "tflm"), default=None, help="causal LMs only"
+    )
+    parser.add_argument(
+        "--max-length", type=int, default=None, help="causal LMs: the cache length"
+    )
     return parser.parse_args(argv)
 
 
@@ -147,11 +160,19 @@ def _export(args):
         print(f"error: {problem}", file=sys.stderr)
         return BAD_INPUT
     import tflite_export
+    from keras_posenc.causal_lm import CausalLM
     from tflite_export.convert import check_representative_data
 
     try:
         x, y = load_calibration(args.calibration)
         model = load_model(args.model)
+        if isinstance(model, CausalLM):
+            return _export_causal_lm(args, model, x)
+        if args.target is not None or args.max_length is not None:
+            raise ValueError(
+                "--target and --max-length are for causal language models; "
+                f"{args.model} is a {type(model).__name__}"
+            )
         data = check_representative_data(model, x, args.sequence_length)
         check_labels(model, data, y)
     except (ValueError, TypeError) as error:
@@ -168,6 +189,53 @@ def _export(args):
     if not report.tflm_ok:
         print(f"error: TFLM cannot run the model: {report.tflm_error}", file=sys.stderr)
         return EXPORT_FAILED
+    tflite_export.atomic_write(args.out, model_bytes, force=args.force)
+    print(f"wrote {args.out} ({len(model_bytes)} bytes)")
+    if args.c_array:
+        source = args.out.with_suffix(".cc")
+        tflite_export.write_c_array(model_bytes, source, force=args.force)
+        print(f"wrote {source}")
+    return 0
+
+
+def _export_causal_lm(args, model, x):
+    """Converts a causal LM, checks generation on the device, then writes it."""
+    import tflite_export
+    from tflite_export.causal_lm import check_calibration_ids
+
+    if args.mode not in ("int8", "float32"):
+        raise ValueError(
+            f"--mode must be int8 or float32 for a causal LM, not {args.mode}"
+        )
+    length = args.max_length or 64
+    ids = check_calibration_ids(model, x)
+    target = args.target or "litert"
+    try:
+        model_bytes = tflite_export.convert_causal_lm(
+            model, ids, args.mode, length, target
+        )
+    except tflite_export.ExportError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return EXPORT_FAILED
+    prompt = [ids[0, : max(1, min(ids.shape[1], length // 2))].tolist()]
+    new = length - len(prompt[0])
+    runtimes = ("litert", "tflm") if target == "tflm" else ("litert",)
+    tokens = {}
+    for runtime in runtimes:
+        try:
+            tokens[runtime] = tflite_export.generate_tflite(
+                model_bytes, prompt, new, runtime
+            )
+        except RuntimeError as error:
+            print(f"error: {error}", file=sys.stderr)
+            return EXPORT_FAILED
+    print(f"| signatures | {'decode' if target == 'tflm' else 'prefill, decode'} |")
+    print(f"| size | {len(model_bytes)} bytes |")
+    for runtime, found in tokens.items():
+        print(f"| {runtime} greedy tokens | {found[0, len(prompt[0]) :].tolist()} |")
+    if len(tokens) == 2:
+        same = bool((tokens["litert"] == tokens["tflm"]).all())
+        print(f"| TFLM == LiteRT | {same} |")
     tflite_export.atomic_write(args.out, model_bytes, force=args.force)
     print(f"wrote {args.out} ({len(model_bytes)} bytes)")
     if args.c_array:

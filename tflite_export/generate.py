@@ -5,12 +5,6 @@ whose input and output share a scale round-trips exactly) and runs the same
 decoding loop and samplers as `CausalLM.generate`.
 """
 
-import json
-import os
-import subprocess
-import sys
-import tempfile
-
 import numpy as np
 
 from keras_posenc import generation
@@ -18,8 +12,6 @@ from tflite_export.verify import dequantize, quantize
 
 #: Interpreters `generate_tflite` can use.
 RUNTIMES = ("litert", "tflm")
-#: Seconds a TFLM generation subprocess may run.
-TFLM_GENERATE_TIMEOUT_SECONDS = 600
 
 
 def generate_tflite(
@@ -83,7 +75,9 @@ def generate_tflite(
         pad_token_id=pad_token_id,
     )
     if runtime == "tflm":
-        return _in_subprocess(model_bytes, prompts, lengths, options)
+        from tflite_export._tflm_generation import in_subprocess
+
+        return in_subprocess(model_bytes, prompts, lengths, options)
     return decode_rows(Decoder(model_bytes, "litert"), prompts, lengths, options)
 
 
@@ -210,41 +204,3 @@ def _fail(name, expectation, value):
 
 def _number(name):
     return int(name.split("_")[-1])
-
-
-def _in_subprocess(model_bytes, prompts, lengths, options):
-    """TFLM generation in a child process (an unsupported op may abort it)."""
-    with tempfile.TemporaryDirectory() as workdir:
-        with open(os.path.join(workdir, "model.tflite"), "wb") as handle:
-            handle.write(model_bytes)
-        np.savez(os.path.join(workdir, "prompts.npz"), prompts=prompts, lengths=lengths)
-        with open(os.path.join(workdir, "options.json"), "w") as handle:
-            json.dump(options, handle)
-        result = subprocess.run(
-            [sys.executable, "-m", "tflite_export.generate", workdir],
-            capture_output=True,
-            text=True,
-            timeout=TFLM_GENERATE_TIMEOUT_SECONDS,
-        )
-        if result.returncode != 0:
-            lines = [
-                line for line in (result.stdout + result.stderr).splitlines() if line
-            ]
-            reason = lines[-1] if lines else f"exit status {result.returncode}"
-            raise RuntimeError(f"TFLM generation failed: {reason}")
-        return np.load(os.path.join(workdir, "tokens.npy"))
-
-
-def _worker(workdir):
-    with open(os.path.join(workdir, "model.tflite"), "rb") as handle:
-        model_bytes = handle.read()
-    arrays = np.load(os.path.join(workdir, "prompts.npz"))
-    with open(os.path.join(workdir, "options.json")) as handle:
-        options = json.load(handle)
-    decoder = Decoder(model_bytes, "tflm")
-    tokens = decode_rows(decoder, arrays["prompts"], arrays["lengths"], options)
-    np.save(os.path.join(workdir, "tokens.npy"), tokens)
-
-
-if __name__ == "__main__":
-    _worker(sys.argv[1])
