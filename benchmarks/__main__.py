@@ -1,9 +1,9 @@
-"""`python -m benchmarks [--quick] [--only speed local memory edge accuracy rope]`."""
+"""`python -m benchmarks [--quick] [--only NAME ...]` (names: `BENCHMARKS`)."""
 
 import argparse
 import time
 
-from benchmarks import accuracy, edge, local, memory, rope, speed
+from benchmarks import accuracy, edge, lm, local, memory, rope, speed
 
 BENCHMARKS = {
     "speed": speed,
@@ -12,6 +12,7 @@ BENCHMARKS = {
     "edge": edge,
     "accuracy": accuracy,
     "rope": rope,
+    "lm": lm,
 }
 
 

@@ -102,6 +102,24 @@ def learning_curves(history, title="Learning curves"):
     return figure
 
 
+def extrapolation(results, lengths, trained_length, ylabel="bits per byte"):
+    """One line per method of `{method: [score per length]}` against `lengths`."""
+    figure, axis = plt.subplots(figsize=(7, 4.5))
+    for method, scores in results.items():
+        axis.plot(lengths, scores, marker="o", label=method)
+    axis.set_xscale("log", base=2)
+    axis.set_xticks(lengths, [str(n) for n in lengths])
+    axis.set(
+        title=f"Past the training length (L={trained_length})",
+        xlabel="evaluation length",
+        ylabel=ylabel,
+    )
+    axis.axvline(trained_length, color="grey", linestyle=":")
+    axis.legend(fontsize=7, ncol=2)
+    figure.tight_layout()
+    return figure
+
+
 def _cosine(values):
     """`(T, T)` cosine similarity of the rows of `(T, D)` values."""
     values = np.asarray(values, dtype=np.float64)

@@ -5,6 +5,7 @@ import pathlib
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -81,3 +82,17 @@ def test_qat_example_writes_a_microcontroller_file(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     assert "| TFLM" in result.stdout
     assert (tmp_path / "digits_qat.cc").exists()
+
+
+@pytest.mark.slow
+def test_char_lm_pydoc_runs_and_plots(tmp_path, capsys):
+    import char_lm_pydoc
+
+    results = char_lm_pydoc.main(
+        ["--quick", "--methods", "alibi", "hpn", "--out", str(tmp_path)]
+    )
+    assert set(results) == {"alibi", "hpn"}
+    assert all(np.isfinite(bits).all() and len(bits) == 4 for bits in results.values())
+    assert (tmp_path / "lm_extrapolation.png").exists()
+    printed = capsys.readouterr().out
+    assert "tokens/s with the cache" in printed
