@@ -49,8 +49,14 @@ def cached_logits(model, x, prefill):
     return np.concatenate(outputs, axis=1)
 
 
-@pytest.mark.parametrize("window", [None, 3])
-@pytest.mark.parametrize("position", POSITION_METHODS)
+#: Block-local variants: one method per kind of position producer.
+WINDOWED = ("learned", "t5", "dynamic_bias", "hybrid", "recursive", "rope", "gated")
+
+
+@pytest.mark.parametrize(
+    "position, window",
+    [(method, None) for method in POSITION_METHODS] + [(m, 3) for m in WINDOWED],
+)
 def test_cached_logits_equal_full_recompute(position, window):
     """Every producer at the true positions under the cache (keras-hub#2861)."""
     model = small(position, attention_window=window)
