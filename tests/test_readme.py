@@ -41,3 +41,13 @@ def test_rotary_snippet_runs(capsys):
     exec(block.split("```", 1)[0], {})
     printed = capsys.readouterr().out.split()
     assert printed == ["(2,", "16,", "512)", "(1,", "4096,", "64)"]
+
+
+@pytest.mark.slow
+def test_generation_snippet_runs(capsys):
+    pytest.importorskip("tflite_micro", reason="needs tflite-micro (TFLM)")
+    text = (ROOT / "README.md").read_text()
+    section = text.split("## Text generation: causal language models", 1)[1]
+    exec(section.split("```python\n", 1)[1].split("```", 1)[0], {})
+    printed = capsys.readouterr().out
+    assert printed.count("The return value ") == 2  # Keras, then TFLM
