@@ -1,6 +1,7 @@
 import os
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -227,3 +228,26 @@ def test_causal_lm_options_are_refused_for_other_models(saved, tmp_path, capsys)
     assert main(_args(saved, tmp_path / "m.tflite", "--target", "tflm")) == BAD_INPUT
     assert "causal language models" in capsys.readouterr().err
     assert not (tmp_path / "m.tflite").exists()
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="needs Linux /proc")
+def test_sigterm_during_verification_leaves_nothing_behind(saved, tmp_path):
+    from test_export_verify import _alive, _children
+
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    command = [sys.executable, "-m", "tflite_export"]
+    command += _args(saved, out_dir / "m.tflite", "--c-array")
+    cli = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    workers, deadline = [], time.time() + 240
+    while not workers and time.time() < deadline and cli.poll() is None:
+        time.sleep(0.1)
+        workers = _children(cli.pid)  # the TFLM worker: verification started
+    assert workers, "the export ended before its TFLM verification could be seen"
+    cli.terminate()
+    _, err = cli.communicate(timeout=60)
+    assert cli.returncode == 128 + 15
+    assert "interrupted" in err.decode() and "Traceback" not in err.decode()
+    assert list(out_dir.iterdir()) == []
+    time.sleep(1)
+    assert not any(map(_alive, workers))

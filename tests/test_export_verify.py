@@ -1,3 +1,9 @@
+import os
+import pathlib
+import subprocess
+import sys
+import time
+
 import numpy as np
 import pytest
 
@@ -25,3 +31,49 @@ def test_dequantize_inverts_quantize_within_half_a_step():
 def test_float_tensors_pass_through(function):
     values = np.array([1.5, -2.25], np.float32)
     np.testing.assert_array_equal(function(values, FLOAT), values)
+
+
+def _children(pid):
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/stat") as handle:
+                fields = handle.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if entry.isdigit() and int(fields[1]) == pid:
+            found.append(int(entry))
+    return found
+
+
+def _alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="needs Linux /proc")
+def test_a_killed_parent_takes_its_tflm_worker_along():
+    """Killing an export mid-verification leaves no orphaned worker behind."""
+    tests = pathlib.Path(__file__).resolve().parent
+    script = (
+        "import numpy as np\n"
+        "from tflite_export._child import run_worker\n"
+        "run_worker('sleepy_worker', {'x': np.zeros(1)}, 300)\n"
+    )
+    env = dict(os.environ, PYTHONPATH=f"{tests}{os.pathsep}{tests.parent}")
+    parent = subprocess.Popen([sys.executable, "-c", script], env=env)
+    deadline = time.time() + 60
+    workers = []
+    while not workers and time.time() < deadline:
+        time.sleep(0.2)
+        workers = _children(parent.pid)
+    assert workers, "the worker never started"
+    parent.kill()
+    parent.wait()
+    deadline = time.time() + 10
+    while any(map(_alive, workers)) and time.time() < deadline:
+        time.sleep(0.2)
+    assert not any(map(_alive, workers))

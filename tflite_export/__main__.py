@@ -20,6 +20,7 @@ exported.
 import argparse
 import os
 import pathlib
+import signal
 import sys
 import tempfile
 
@@ -145,13 +146,35 @@ def _hint(error):
     return ""
 
 
+class Interrupted(BaseException):
+    """SIGTERM, raised where the export is so that its clean-ups run."""
+
+
+def _interrupt(signum, frame):
+    raise Interrupted(signum)
+
+
 def main(argv=None):
-    """Exit code of the export; one `error:` line, never a traceback."""
+    """Exit code of the export; one `error:` line, never a traceback.
+
+    SIGTERM (and Ctrl-C) stop the export with its clean-ups: the temporary
+    output file is removed and the TFLM worker is killed.
+    """
+    previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
         return _export(parse_args(argv))
+    except (Interrupted, KeyboardInterrupt) as stop:
+        number = stop.args[0] if isinstance(stop, Interrupted) else signal.SIGINT
+        print(
+            f"error: interrupted (signal {number}); nothing was written",
+            file=sys.stderr,
+        )
+        return 128 + number
     except Exception as error:  # a fault nothing above foresaw
         print(f"error: {type(error).__name__}: {_first_line(error)}", file=sys.stderr)
         return EXPORT_FAILED
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _export(args):
@@ -167,7 +190,9 @@ def _export(args):
         x, y = load_calibration(args.calibration)
         model = load_model(args.model)
         if isinstance(model, CausalLM):
-            return _export_causal_lm(args, model, x)
+            from tflite_export._lm_cli import export_causal_lm
+
+            return export_causal_lm(args, model, x)
         if args.target is not None or args.max_length is not None:
             raise ValueError(
                 "--target and --max-length are for causal language models; "
@@ -189,53 +214,6 @@ def _export(args):
     if not report.tflm_ok:
         print(f"error: TFLM cannot run the model: {report.tflm_error}", file=sys.stderr)
         return EXPORT_FAILED
-    tflite_export.atomic_write(args.out, model_bytes, force=args.force)
-    print(f"wrote {args.out} ({len(model_bytes)} bytes)")
-    if args.c_array:
-        source = args.out.with_suffix(".cc")
-        tflite_export.write_c_array(model_bytes, source, force=args.force)
-        print(f"wrote {source}")
-    return 0
-
-
-def _export_causal_lm(args, model, x):
-    """Converts a causal LM, checks generation on the device, then writes it."""
-    import tflite_export
-    from tflite_export.causal_lm import check_calibration_ids
-
-    if args.mode not in ("int8", "float32"):
-        raise ValueError(
-            f"--mode must be int8 or float32 for a causal LM, not {args.mode}"
-        )
-    length = args.max_length or 64
-    ids = check_calibration_ids(model, x)
-    target = args.target or "litert"
-    try:
-        model_bytes = tflite_export.convert_causal_lm(
-            model, ids, args.mode, length, target
-        )
-    except tflite_export.ExportError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return EXPORT_FAILED
-    prompt = [ids[0, : max(1, min(ids.shape[1], length // 2))].tolist()]
-    new = length - len(prompt[0])
-    runtimes = ("litert", "tflm") if target == "tflm" else ("litert",)
-    tokens = {}
-    for runtime in runtimes:
-        try:
-            tokens[runtime] = tflite_export.generate_tflite(
-                model_bytes, prompt, new, runtime
-            )
-        except RuntimeError as error:
-            print(f"error: {error}", file=sys.stderr)
-            return EXPORT_FAILED
-    print(f"| signatures | {'decode' if target == 'tflm' else 'prefill, decode'} |")
-    print(f"| size | {len(model_bytes)} bytes |")
-    for runtime, found in tokens.items():
-        print(f"| {runtime} greedy tokens | {found[0, len(prompt[0]) :].tolist()} |")
-    if len(tokens) == 2:
-        same = bool((tokens["litert"] == tokens["tflm"]).all())
-        print(f"| TFLM == LiteRT | {same} |")
     tflite_export.atomic_write(args.out, model_bytes, force=args.force)
     print(f"wrote {args.out} ({len(model_bytes)} bytes)")
     if args.c_array:

@@ -1,34 +1,31 @@
 """Runs a model in the TFLM interpreter, in its own process (it may abort).
 
-Usage: python -m tflite_export._tflm_worker WORKDIR
-WORKDIR holds model.tflite and inputs.npy (already quantized, one example per
-row); outputs.npy is written there. The allocation record goes to stdout.
+Usage: python -m tflite_export._tflm_worker, fed by `_child.run_worker` with
+`model` (the .tflite bytes as uint8) and `inputs` (already quantized, one
+example per row); it returns `outputs`. The allocation record goes to stderr.
 """
 
-import pathlib
-import sys
-
 import numpy as np
-from tflite_micro.python.tflite_micro import runtime
+
+from tflite_export._child import serve
 
 #: Arena given to the interpreter; the report states what it really used.
 ARENA_BYTES = 8 << 20
 
 
-def main(workdir):
-    workdir = pathlib.Path(workdir)
-    model = (workdir / "model.tflite").read_bytes()
-    inputs = np.load(workdir / "inputs.npy")
+def run(arrays):
+    from tflite_micro.python.tflite_micro import runtime
+
+    model = arrays["model"].tobytes()
     interpreter = runtime.Interpreter.from_bytes(model, arena_size=ARENA_BYTES)
     outputs = []
-    for example in inputs:
+    for example in arrays["inputs"]:
         interpreter.set_input(example[None], 0)
         interpreter.invoke()
         outputs.append(np.array(interpreter.get_output(0))[0])
-    np.save(workdir / "outputs.npy", np.stack(outputs))
-    sys.stdout.flush()
     interpreter.print_allocations()
+    return {"outputs": np.stack(outputs)}
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    serve(run)

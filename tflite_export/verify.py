@@ -1,13 +1,11 @@
 """Verification of a .tflite model in LiteRT and in the TFLM interpreter."""
 
 import dataclasses
-import os
 import re
-import subprocess
-import sys
-import tempfile
 
 import numpy as np
+
+from tflite_export._child import run_worker
 
 #: TFLM runs in a subprocess for at most this many seconds.
 TFLM_TIMEOUT_SECONDS = 300
@@ -109,31 +107,23 @@ def verify(model_bytes, keras_model=None, x=None, y=None):
 def run_tflm(model_bytes, quantized_inputs):
     """`(raw outputs or None, info)` from the TFLM interpreter in a subprocess."""
     info = {"missing_ops": [], "error": None, "arena_bytes": None}
-    with tempfile.TemporaryDirectory() as workdir:
-        with open(os.path.join(workdir, "model.tflite"), "wb") as handle:
-            handle.write(model_bytes)
-        np.save(os.path.join(workdir, "inputs.npy"), quantized_inputs)
-        result = subprocess.run(
-            [sys.executable, "-m", "tflite_export._tflm_worker", workdir],
-            capture_output=True,
-            text=True,
-            timeout=TFLM_TIMEOUT_SECONDS,
-        )
-        log = result.stdout + result.stderr
-        info["missing_ops"] = sorted(
-            set(re.findall(r"Didn't find op for builtin opcode '(\w+)'", log))
-        )
-        arena = re.search(r"Arena allocation total (\d+) bytes", log)
-        info["arena_bytes"] = int(arena.group(1)) if arena else None
-        if result.returncode != 0:
-            last = [line for line in log.strip().splitlines() if line.strip()]
-            reason = last[-1] if last else ""
-            if result.returncode < 0:
-                signal = -result.returncode
-                reason = f"the interpreter aborted (signal {signal}) {reason}"
-            info["error"] = reason.strip()
-            return None, info
-        return np.load(os.path.join(workdir, "outputs.npy")), info
+    arrays = {"model": np.frombuffer(model_bytes, np.uint8), "inputs": quantized_inputs}
+    results, log, code = run_worker(
+        "tflite_export._tflm_worker", arrays, TFLM_TIMEOUT_SECONDS
+    )
+    info["missing_ops"] = sorted(
+        set(re.findall(r"Didn't find op for builtin opcode '(\w+)'", log))
+    )
+    arena = re.search(r"Arena allocation total (\d+) bytes", log)
+    info["arena_bytes"] = int(arena.group(1)) if arena else None
+    if results is None:
+        last = [line for line in log.strip().splitlines() if line.strip()]
+        reason = last[-1] if last else ""
+        if code < 0:
+            reason = f"the interpreter aborted (signal {-code}) {reason}"
+        info["error"] = reason.strip()
+        return None, info
+    return results["outputs"], info
 
 
 def _litert(model_bytes):
