@@ -16,6 +16,7 @@ from keras_posenc.layers.hierarchical_position_network import (
 )
 from keras_posenc.layers.layer_norm import LayerNorm
 from keras_posenc.layers.learned_position_embedding import LearnedPositionEmbedding
+from keras_posenc.layers.mean_pooling import MeanPooling
 from keras_posenc.layers.recursive_position_update import RecursivePositionUpdate
 from keras_posenc.layers.relative_multi_head_attention import (
     RelativeMultiHeadAttention,
@@ -37,6 +38,7 @@ __all__ = [
     "HierarchicalPositionNetwork",
     "LayerNorm",
     "LearnedPositionEmbedding",
+    "MeanPooling",
     "RecursivePositionUpdate",
     "RelativeMultiHeadAttention",
     "RelativePositionBias",

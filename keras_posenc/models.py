@@ -13,6 +13,7 @@ from keras_posenc.layers.hierarchical_position_network import (
     HierarchicalPositionNetwork,
 )
 from keras_posenc.layers.layer_norm import LayerNorm
+from keras_posenc.layers.mean_pooling import MeanPooling
 from keras_posenc.layers.recursive_position_update import RecursivePositionUpdate
 from keras_posenc.layers.relative_multi_head_attention import (
     RelativeMultiHeadAttention,
@@ -182,6 +183,9 @@ def build_encoder(
 def build_classifier(num_classes, **encoder_kwargs):
     """An encoder, mean pooling over (unmasked) tokens, and class logits.
 
+    The pooling (`MeanPooling`) gives an all-padding row zeros, so its
+    logits are the output bias: finite, and exportable to int8.
+
     Args:
         num_classes: int, the number of classes.
         **encoder_kwargs: the arguments of `build_encoder`.
@@ -191,7 +195,7 @@ def build_classifier(num_classes, **encoder_kwargs):
     """
     num_classes = _checks.positive_int("num_classes", num_classes)
     encoder = build_encoder(**encoder_kwargs)
-    pooled = keras.layers.GlobalAveragePooling1D(name="pool")(encoder.output)
+    pooled = MeanPooling(name="pool")(encoder.output)  # all-padding rows: zeros
     logits = keras.layers.Dense(num_classes, name="logits")(pooled)
     return keras.Model(encoder.input, logits, name="classifier")
 

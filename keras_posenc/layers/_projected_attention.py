@@ -158,7 +158,7 @@ class ProjectedAttention(keras.layers.Layer):
         query_mask, value_mask, key_mask = masks
         keys = ops.combine_masks(1, 1, value_mask=value_mask, key_mask=key_mask)
         if keys is not None:  # masked values never reach an output, even NaN
-            v = tf.where(keys[:, 0, None, :, None], heads[2], tf.zeros_like(heads[2]))
+            v = tf.where(tf.expand_dims(keys, -1), heads[2], tf.zeros_like(heads[2]))
             heads = (heads[0], heads[1], v)
         if self.attention_window is not None:
             keys = None if keys is None else keys[:, 0]  # (B, S)

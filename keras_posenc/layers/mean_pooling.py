@@ -1,0 +1,52 @@
+"""Mean pooling over the real tokens, defined for all-padding rows."""
+
+import tensorflow as tf
+
+from keras_posenc._compat import keras, register
+
+
+@register
+class MeanPooling(keras.layers.Layer):
+    """Mean over time of `(B, T, D)` inputs, counting only unmasked tokens.
+
+    As `keras.layers.GlobalAveragePooling1D` with a Keras mask, except for a
+    row with no real token: Keras divides 0 by 0 (NaN logits, and a division
+    by zero that breaks int8 exports), this layer returns zeros (the divisor
+    is at least 1). Masked inputs are zeroed first, so a NaN in a padded
+    position never reaches the output.
+
+    Call arguments:
+        inputs: tensor `(B, T, D)`.
+        mask: optional boolean `(B, T)`, True at real tokens (Keras passes it).
+
+    Returns:
+        A `(B, D)` tensor.
+
+    Example:
+
+    >>> import numpy as np
+    >>> import keras_posenc
+    >>> pool = keras_posenc.MeanPooling()
+    >>> x = np.ones((2, 3, 4), "float32")
+    >>> pool(x, mask=np.array([[True, True, False], [False, False, False]])).numpy()
+    array([[1., 1., 1., 1.],
+           [0., 0., 0., 0.]], dtype=float32)
+    """
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.supports_masking = True
+
+    def call(self, inputs, mask=None):
+        if mask is None:
+            return tf.reduce_mean(inputs, axis=1)
+        real = tf.cast(mask, inputs.dtype)[:, :, None]  # (B, T, 1)
+        kept = tf.where(tf.cast(real, bool), inputs, tf.zeros_like(inputs))
+        count = tf.maximum(tf.reduce_sum(real, axis=1), 1.0)  # (B, 1)
+        return tf.reduce_sum(kept, axis=1) / count
+
+    def compute_mask(self, inputs, mask=None):
+        return None
+
+    def compute_output_shape(self, input_shape):
+        return (input_shape[0], input_shape[-1])
