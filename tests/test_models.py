@@ -98,3 +98,21 @@ def test_rejects_bad_arguments(kwargs, error, match):
 def test_rejects_bad_num_classes():
     with pytest.raises(ValueError, match="`num_classes` must be an integer >= 1"):
         models.build_classifier(0, vocab_size=10)
+
+
+@pytest.mark.parametrize("position", models.POSITION_METHODS)
+@pytest.mark.parametrize("window", [None, 4])
+def test_padding_never_changes_real_token_outputs(position, window):
+    """Every method: real tokens read the same with 2 or 7 padded slots."""
+    model = models.build_token_classifier(
+        3,
+        vocab_size=10,
+        position=position,
+        mask_zero=True,
+        attention_window=window,
+        **SMALL,
+    )
+    real = np.array([[4, 5, 6, 7, 8, 9], [3, 1, 4, 1, 5, 9]])
+    short = model(np.pad(real, [(0, 0), (0, 2)])).numpy()
+    long = model(np.pad(real, [(0, 0), (0, 7)])).numpy()
+    np.testing.assert_allclose(long[:, :6], short[:, :6], atol=1e-5)

@@ -120,3 +120,19 @@ def test_causal_mask_static_and_dynamic_agree():
     dynamic = ops.causal_mask(tf.constant(4), tf.constant(6)).numpy()
     np.testing.assert_array_equal(static, np.tril(np.ones((4, 6), bool)))
     np.testing.assert_array_equal(dynamic, static)
+
+
+def test_clipped_table_mean_with_a_key_count_per_example():
+    table = np.random.default_rng(2).normal(size=(5, 3)).astype("float32")  # M = 2
+    counts = np.array([3, 6])
+    want = np.stack(
+        [
+            [
+                np.mean([table[np.clip(j - i, -2, 2) + 2] for j in range(n)], axis=0)
+                for i in range(6)
+            ]
+            for n in counts
+        ]
+    )
+    got = ops.clipped_table_mean(table, 6, tf.constant(counts, tf.int32))
+    np.testing.assert_allclose(got, want, atol=1e-5)

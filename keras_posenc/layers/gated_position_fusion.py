@@ -36,7 +36,11 @@ class GatedPositionFusion(keras.layers.Layer):
         abs_pos: tensor `(B, T, D)`, absolute position encoding.
         rel_pos: optional tensor `(B, T, S, D)` (dense) or `(2M + 1, D)`
             (table).
-        key_length: int, S for the table paths. Defaults to T.
+        key_length: int, S for the table paths, or a `(B,)` tensor of key
+            counts. Defaults to T.
+        mask: optional boolean `(B, T)` Keras mask of `abs_pos`: the keys
+            averaged are the real tokens (right padding), so padding never
+            changes the output at real tokens.
         start_index: int or scalar tensor, the position of the first query
             (decoding with a cache; keys start at 0). Defaults to `0`.
 
@@ -92,9 +96,12 @@ class GatedPositionFusion(keras.layers.Layer):
             )
         self.built = True
 
-    def call(self, abs_pos, rel_pos=None, key_length=None, start_index=0):
+    def call(self, abs_pos, rel_pos=None, key_length=None, start_index=0, mask=None):
         absolute = tf.cast(abs_pos, tf.float32)  # (B, T, D)
         gate = tf.sigmoid(self.gate(absolute))  # (B, T, D)
+        if mask is not None and key_length is None:  # only real tokens are keys
+            key_length = tf.reduce_sum(tf.cast(mask, tf.int32), axis=1)  # (B,)
+            key_length = tf.maximum(key_length, 1)  # an all-padding row stays finite
         relative = self.relative_mean(abs_pos, rel_pos, key_length, start_index)
         fused = gate * absolute + (1.0 - gate) * relative
         return tf.cast(fused, self.compute_dtype)
@@ -131,10 +138,15 @@ class GatedPositionFusion(keras.layers.Layer):
         rel_pos = tf.cast(rel_pos, tf.float32)
         rank = rel_pos.shape.rank
         if rank == 4:
-            if not self.causal:
-                return tf.reduce_mean(rel_pos, axis=2)  # (B, T, D)
-            seen = ops.cache.cache_mask(start_index, dim(rel_pos, 1), dim(rel_pos, 2))
-            seen = tf.cast(seen, tf.float32)[None, :, :, None]  # (1, T, S, 1)
+            seen = tf.ones_like(rel_pos[:1, :, :, :1])  # (1, T, S, 1)
+            if self.causal:
+                seen = ops.cache.cache_mask(
+                    start_index, dim(rel_pos, 1), dim(rel_pos, 2)
+                )
+                seen = tf.cast(seen, tf.float32)[None, :, :, None]
+            if key_length is not None and not isinstance(key_length, int):
+                keys = tf.range(dim(rel_pos, 2))[None, :] < key_length[:, None]
+                seen = seen * tf.cast(keys, tf.float32)[:, None, :, None]
             count = tf.maximum(tf.reduce_sum(seen, axis=2), 1.0)
             return tf.reduce_sum(rel_pos * seen, axis=2) / count
         if rank != 2 or rel_pos.shape[0] is None or rel_pos.shape[0] % 2 == 0:

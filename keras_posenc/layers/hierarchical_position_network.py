@@ -63,6 +63,8 @@ class HierarchicalPositionNetwork(keras.layers.Layer):
         training: bool, whether dropout is active.
         start_index: int or scalar tensor, the position of the first token
             (decoding with a cache). Defaults to `0`.
+        mask: optional boolean `(B, T)` Keras mask: `"conv"` features read
+            padded tokens as zeros, so padding never changes real tokens.
         state: optional `(B, S_max, D)` inputs of positions `0 .. S_max - 1`
             (causal `"conv"` decoding, as a key/value cache): these tokens are
             written at `start_index` and the convolution reads the
@@ -170,9 +172,17 @@ class HierarchicalPositionNetwork(keras.layers.Layer):
             self.generator_layers.extend(layers + [hidden_layer, output])
         self.built = True
 
-    def call(self, inputs, layer_idx=0, training=None, start_index=0, state=None):
+    def call(
+        self, inputs, layer_idx=0, training=None, start_index=0, state=None, mask=None
+    ):
         generator = self.generator(self.generator_index(layer_idx))
-        features = inputs
+        if mask is not None and self.position_features == "conv":
+            # Padded neighbours read as zeros, as past the end of a shorter input.
+            real = tf.cast(mask, bool)[:, :, None]
+            inputs_read = tf.where(real, inputs, tf.zeros_like(inputs))
+        else:
+            inputs_read = inputs
+        features = inputs_read
         if state is not None and not (self.causal and self.position_features == "conv"):
             raise ValueError(
                 "`state` is for causal 'conv' features only. Received: state "
@@ -182,9 +192,11 @@ class HierarchicalPositionNetwork(keras.layers.Layer):
         if self.causal and self.position_features == "conv":
             if state is None:  # zeros before the first token
                 padding = [[0, 0], [self.kernel_size - 1, 0], [0, 0]]
-                features = tf.pad(inputs, padding)
+                features = tf.pad(inputs_read, padding)
             else:
-                features, state = self._window(inputs, state, start_index)
+                features, state = ops.cache.causal_window(
+                    state, inputs_read, start_index, self.kernel_size
+                )
         if self.position_features == "sinusoid":
             positions = ops.position_range(axis_size(inputs, 1), start_index)  # (T,)
             table = ops.sinusoid(positions, self.dim, self.max_wavelength)  # (T, D)
@@ -199,15 +211,6 @@ class HierarchicalPositionNetwork(keras.layers.Layer):
         if state is not None:
             return inputs + pos_info, state
         return inputs + pos_info
-
-    def _window(self, inputs, state, start_index):
-        """The inputs at `start_index - k + 1 ...` from the updated state."""
-        state = ops.cache.write_rows(state, inputs, start_index)  # (B, S_max, D)
-        first = tf.cast(start_index, tf.int32) - (self.kernel_size - 1)
-        where = tf.range(axis_size(inputs, 1) + self.kernel_size - 1) + first
-        window = tf.gather(state, tf.maximum(where, 0), axis=1)  # (B, T + k - 1, D)
-        seen = tf.cast(where >= 0, window.dtype)[None, :, None]
-        return window * seen, state
 
     def compute_output_shape(self, input_shape):
         return tuple(input_shape)

@@ -78,6 +78,21 @@ def write_rows(buffer, rows, index):
     return dynamic_update_slice(buffer, tf.cast(rows, buffer.dtype), start)
 
 
+def causal_window(state, inputs, index, kernel_size):
+    """Inputs at `index - kernel_size + 1 ...` for a causal convolution, and the state.
+
+    `state (B, S_max, D)` holds the inputs by position; `inputs (B, T, D)` are
+    written at `index`, and the window `(B, T + kernel_size - 1, D)` reads
+    zeros before position 0. Returns `(window, updated state)`.
+    """
+    state = write_rows(state, inputs, index)
+    first = tf.cast(index, tf.int32) - (kernel_size - 1)
+    where = tf.range(tf.shape(inputs)[1] + kernel_size - 1) + first
+    window = tf.gather(state, tf.maximum(where, 0), axis=1)
+    seen = tf.cast(where >= 0, window.dtype)[None, :, None]
+    return window * seen, state
+
+
 def cache_mask(index, query_length, max_length, window=None):
     """Boolean `(T, S_max)`: query `index + t` sees the cached keys `j <= index + t`.
 

@@ -143,31 +143,36 @@ def clipped_table_mean(table, query_length, key_length, start_index=0, causal=Fa
     Args:
         table: float tensor `(2M + 1, D)`, one vector per clipped distance.
         query_length: int or scalar tensor T.
-        key_length: int or scalar tensor S.
+        key_length: int or scalar tensor S, or a `(B,)` tensor of key counts
+            (real tokens per example): the result is then `(B, T, D)`.
         start_index: position of the first query (keys are at `0 .. S-1`).
         causal: bool, average over the keys `j <= i` only (`key_length` is
             then unused): the mean no longer depends on later tokens.
 
     Returns:
-        A float32 tensor `(T, D)`.
+        A float32 tensor `(T, D)` (`(B, T, D)` for per-example key counts).
     """
     table = tf.cast(table, tf.float32)
     rows = table.shape[0]
     m = (rows - 1) // 2
     i = tf.range(query_length) + start_index  # (T,)
-    first, last = -i, key_length - 1 - i  # distance range of each query
-    count = tf.cast(key_length, tf.float32)
+    keys = tf.convert_to_tensor(key_length)
+    if keys.shape.rank == 1:  # one key count per example: (B, 1) against (T,)
+        keys = keys[:, None]
+    first, last = -i, keys - 1 - i  # distance range of each query
+    count = tf.cast(keys, tf.float32)[..., None]
     if causal:
         last, count = tf.zeros_like(i), tf.cast(i + 1, tf.float32)[:, None]
     left = tf.maximum(0, tf.minimum(last, -m - 1) - first + 1)  # count below -M
     right = tf.maximum(0, last - tf.maximum(first, m + 1) + 1)  # count above M
     lo = tf.clip_by_value(tf.maximum(first, -m), -m, m + 1) + m
     hi = tf.maximum(tf.minimum(last, m) + m + 1, lo)
+    lo = tf.broadcast_to(lo, tf.shape(hi))
     prefix = tf.concat([tf.zeros_like(table[:1]), tf.cumsum(table, axis=0)], 0)
-    middle = tf.gather(prefix, hi) - tf.gather(prefix, lo)  # (T, D)
+    middle = tf.gather(prefix, hi) - tf.gather(prefix, lo)  # (T, D) or (B, T, D)
     tails = (
-        tf.cast(left, tf.float32)[:, None] * table[0]
-        + tf.cast(right, tf.float32)[:, None] * table[rows - 1]
+        tf.cast(left, tf.float32)[..., None] * table[0]
+        + tf.cast(right, tf.float32)[..., None] * table[rows - 1]
     )
     return (middle + tails) / count
 
