@@ -96,3 +96,54 @@ def test_char_lm_pydoc_runs_and_plots(tmp_path, capsys):
     assert (tmp_path / "lm_extrapolation.png").exists()
     printed = capsys.readouterr().out
     assert "tokens/s with the cache" in printed
+
+
+def _free_ports(count):
+    import socket
+
+    sockets = [socket.socket() for _ in range(count)]
+    for handle in sockets:
+        handle.bind(("127.0.0.1", 0))
+    ports = [handle.getsockname()[1] for handle in sockets]
+    for handle in sockets:
+        handle.close()
+    return ports
+
+
+@pytest.mark.slow
+def test_two_workers_end_with_the_single_process_weights(tmp_path):
+    """MultiWorkerMirroredStrategy over two processes on 127.0.0.1."""
+    import multi_worker_training
+
+    workers = ",".join(f"127.0.0.1:{port}" for port in _free_ports(2))
+    script = str(ROOT / "examples" / "multi_worker_training.py")
+    runs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                script,
+                "--workers",
+                workers,
+                "--index",
+                str(index),
+                "--out",
+                str(tmp_path / f"worker{index}.npz"),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for index in range(2)
+    ]
+    reference = multi_worker_training.train()
+    for run in runs:
+        _, err = run.communicate(timeout=300)
+        assert run.returncode == 0, err[-2000:]
+    first, second = (np.load(tmp_path / f"worker{i}.npz") for i in range(2))
+    want = reference.get_weights()
+    initial = multi_worker_training.build().get_weights()
+    assert len(first.files) == len(want)
+    for index, key in enumerate(first.files):
+        np.testing.assert_array_equal(first[key], second[key])
+        np.testing.assert_allclose(first[key], want[index], atol=1e-5)
+    assert max(np.abs(a - b).max() for a, b in zip(want, initial)) > 1e-3
