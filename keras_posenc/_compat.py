@@ -13,8 +13,23 @@ REGISTERED = {}
 
 
 def register(cls):
-    """Registers a class under the `keras_posenc` package for deserialization."""
+    """Registers a class under the `keras_posenc` package for deserialization.
+
+    Under Keras 2 a loaded layer is rebuilt by `build_from_config` outside its
+    name scope, so its weights would lose the layer prefix (two LayerNorms
+    both `gamma:0`, whose optimizer slots then clash in an `.h5` re-save);
+    the rebuild runs under the layer's name scope, as the first build did.
+    """
     REGISTERED[cls.__name__] = cls
+    if not IS_KERAS_3 and not issubclass(cls, keras.Model):
+        if "build_from_config" not in cls.__dict__:
+            base = cls.build_from_config
+
+            def build_from_config(self, config):
+                with tf.name_scope(self.name):
+                    base(self, config)
+
+            cls.build_from_config = build_from_config
     return keras.utils.register_keras_serializable(package="keras_posenc")(cls)
 
 
