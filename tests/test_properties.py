@@ -14,6 +14,11 @@ from keras_posenc import (  # noqa: E402
     RelativePositionBias,
     RotaryEmbedding,
 )
+from keras_posenc.models import (  # noqa: E402
+    POSITION_METHODS,
+    build_causal_lm,
+    build_token_classifier,
+)
 
 FEW = settings(max_examples=15, deadline=None, derandomize=True)
 BIASES = {
@@ -127,3 +132,54 @@ def test_graph_equals_eager_at_any_length(t, kind):
     eager = layer(x).numpy()
     graph = tf.function(lambda v: layer(v), reduce_retracing=True)(x).numpy()
     np.testing.assert_allclose(graph, eager, atol=1e-5)
+
+
+@settings(max_examples=12, deadline=None, derandomize=True)
+@given(
+    position=st.sampled_from(POSITION_METHODS),
+    batch=st.integers(1, 3),
+    length=st.integers(1, 9),
+    pad=st.integers(1, 5),
+    window=st.sampled_from([None, 2, 4]),
+    heads=st.sampled_from([1, 2]),
+)
+def test_every_builder_method_is_finite_padding_invariant_and_graph_equal(
+    position, batch, length, pad, window, heads
+):
+    tf.keras.utils.set_random_seed(length)
+    model = build_token_classifier(
+        3,
+        vocab_size=9,
+        hidden_dim=4 * heads,
+        num_heads=heads,
+        num_layers=1,
+        position=position,
+        mask_zero=True,
+        attention_window=window,
+        max_length=16,
+    )
+    real = np.random.default_rng(length).integers(1, 9, size=(batch, length))
+    padded = np.pad(real, [(0, 0), (0, pad)])
+    eager = model(padded).numpy()
+    assert np.all(np.isfinite(eager))
+    np.testing.assert_allclose(eager[:, :length], model(real).numpy(), atol=1e-5)
+    graph = tf.function(lambda x: model(x))(tf.constant(padded)).numpy()
+    np.testing.assert_allclose(graph, eager, atol=1e-5)
+
+
+@settings(max_examples=8, deadline=None, derandomize=True)
+@given(
+    position=st.sampled_from(POSITION_METHODS),
+    prompt=st.integers(1, 5),
+    new=st.integers(1, 5),
+)
+def test_causal_lm_cached_greedy_equals_recompute_for_any_lengths(
+    position, prompt, new
+):
+    tf.keras.utils.set_random_seed(prompt)
+    model = build_causal_lm(
+        11, hidden_dim=8, num_layers=1, num_heads=2, position=position, max_length=16
+    )
+    ids = [list(range(1, prompt + 1))]
+    cached = model.generate(ids, new)
+    np.testing.assert_array_equal(cached, model.generate(ids, new, use_cache=False))
