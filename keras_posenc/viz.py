@@ -38,18 +38,20 @@ def relative_bias(bias, title="Relative bias per head"):
     heads = bias.shape[0]
     columns = min(heads, 4)
     rows = -(-heads // columns)
-    figure, axes = plt.subplots(rows, columns, figsize=(3 * columns, 3 * rows))
+    figure, axes = plt.subplots(rows, columns, figsize=(3.2 * columns, 3 * rows))
     axes = np.atleast_1d(axes).ravel()
+    limit = float(np.abs(bias).max()) or 1.0  # one colour scale for every head
     for head, axis in enumerate(axes):
         if head >= heads:
             axis.axis("off")
             continue
-        axis.imshow(bias[head], cmap="coolwarm")
-        axis.set_title(f"head {head}")
-        axis.set_xticks([])
-        axis.set_yticks([])
+        image = axis.imshow(bias[head], cmap="coolwarm", vmin=-limit, vmax=limit)
+        axis.set(title=f"head {head}", xlabel="key position j")
+        if head % columns == 0:
+            axis.set_ylabel("query position i")
     figure.suptitle(title)
     figure.tight_layout()
+    figure.colorbar(image, ax=list(axes), shrink=0.8, label="bias added to the logit")
     return figure
 
 

@@ -1,5 +1,8 @@
 """Conversion of keras_posenc models to full-int8, 16x8 or float32 TFLite."""
 
+import contextlib
+import io
+
 import numpy as np
 import tensorflow as tf
 
@@ -71,8 +74,10 @@ def convert(model, representative_data, mode="int8", sequence_length=None):
         if data.dtype.kind == "f":  # integer token ids stay int32
             converter.inference_input_type = io_type
         converter.inference_output_type = io_type
+    # Keras 3 lists every endpoint's TensorSpec while exporting for the
+    # converter (over a hundred lines in a log): kept off stdout.
     try:
-        with keras_posenc.ops.bounded_masking():
+        with keras_posenc.ops.bounded_masking(), _quiet():
             model_bytes = converter.convert()
     except Exception as error:  # the converter raises many private types
         message = f"TFLite conversion failed in mode={mode!r}: {error}"
@@ -178,6 +183,10 @@ def microcontroller_blockers(model):
                 )
             )
     return blockers
+
+
+def _quiet():
+    return contextlib.redirect_stdout(io.StringIO())
 
 
 def _calibration(data):
