@@ -3,10 +3,11 @@
 import argparse
 import time
 
-from benchmarks import accuracy, edge, lm, local, memory, rope, speed
+from benchmarks import accuracy, edge, lm, local, memory, profile, rope, speed
 
 BENCHMARKS = {
     "speed": speed,
+    "profile": profile,
     "local": local,
     "memory": memory,
     "edge": edge,

@@ -118,7 +118,7 @@ def test_padding_never_changes_real_token_outputs(position, window):
     np.testing.assert_allclose(long[:, :6], short[:, :6], atol=1e-5)
 
 
-@pytest.mark.parametrize("position", ["hybrid", "recursive"])
+@pytest.mark.parametrize("position", ["hybrid"])
 def test_a_loaded_compiled_model_re_saves_as_h5(position, tmp_path):
     """Keras 2 used to fail here: reloaded weights lost their layer prefix."""
     model = models.build_classifier(3, vocab_size=10, position=position, **SMALL)

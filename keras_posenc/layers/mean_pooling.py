@@ -31,6 +31,9 @@ class MeanPooling(keras.layers.Layer):
     >>> pool(x, mask=np.array([[True, True, False], [False, False, False]])).numpy()
     array([[1., 1., 1., 1.],
            [0., 0., 0., 0.]], dtype=float32)
+
+    References:
+        - [Lin et al., 2013 (global average pooling)](https://arxiv.org/abs/1312.4400)
     """
 
     def __init__(self, **kwargs):

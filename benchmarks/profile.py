@@ -1,0 +1,90 @@
+"""Where attention time goes: each stage timed alone, ours and Keras', fwd+bwd.
+
+The stages of one attention call, each compiled alone (graph mode and XLA)
+with its gradient: the four projections, the logits `Q K^T`, the position
+bias (ours only: T5, dynamic), the softmax and the value product. Stage sums
+do not equal the whole call (fusion, dispatch), but they show which stage a
+speed-up has to come from.
+"""
+
+import tensorflow as tf
+
+from benchmarks._common import median_seconds, write
+from keras_posenc import DynamicPositionBias, RelativePositionBias
+
+keras = tf.keras
+
+
+def _timed(fn, variables, xla):
+    @tf.function(jit_compile=xla)
+    def step():
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(fn())
+        return tape.gradient(loss, variables)
+
+    return median_seconds(step, repeats=7)
+
+
+def stages(batch, length, width, heads):
+    """`{stage: fn, variables}` on tensors shaped as the attention's."""
+    size = width // heads
+    x = tf.random.normal((batch, length, width))
+    dense = [keras.layers.Dense(width) for _ in range(4)]
+    for layer in dense:
+        layer.build((batch, length, width))
+    einsum = [
+        keras.layers.EinsumDense("abc,cde->abde", (None, heads, size)) for _ in range(3)
+    ] + [keras.layers.EinsumDense("abcd,cde->abe", (None, width))]
+    for layer in einsum[:3]:
+        layer.build((batch, length, width))
+    einsum[3].build((batch, length, heads, size))
+    q = tf.Variable(tf.random.normal((batch, heads, length, size)))
+    k = tf.Variable(tf.random.normal((batch, heads, length, size)))
+    logits = tf.Variable(tf.random.normal((batch, heads, length, length)))
+    t5, dynamic = RelativePositionBias(heads, "t5"), DynamicPositionBias(heads)
+    t5(x), dynamic(x)  # builds
+    heads_x = tf.random.normal((batch, length, heads, size))
+    return {
+        "projections (Dense, ours)": (
+            lambda: sum(tf.reduce_sum(layer(x)) for layer in dense),
+            [w for layer in dense for w in layer.trainable_variables],
+        ),
+        "projections (EinsumDense, Keras)": (
+            lambda: (
+                sum(tf.reduce_sum(layer(x)) for layer in einsum[:3])
+                + tf.reduce_sum(einsum[3](heads_x))
+            ),
+            [w for layer in einsum for w in layer.trainable_variables],
+        ),
+        "logits Q K^T (matmul, ours)": (
+            lambda: tf.matmul(q, k, transpose_b=True),
+            [q, k],
+        ),
+        "logits Q K^T (einsum, Keras)": (
+            lambda: tf.einsum("bnth,bnsh->bnts", q, k),
+            [q, k],
+        ),
+        "bias t5 (1, N, T, S)": (lambda: t5(x), t5.trainable_variables),
+        "bias dynamic (1, N, T, S)": (lambda: dynamic(x), dynamic.trainable_variables),
+        "softmax (float32)": (lambda: tf.nn.softmax(logits) * logits, [logits]),
+        "value product": (lambda: tf.matmul(tf.nn.softmax(logits), q), [logits, q]),
+    }
+
+
+def run(quick):
+    batch, length, width, heads = (2, 128, 64, 4) if quick else (4, 256, 128, 8)
+    rows = []
+    for name, (fn, variables) in stages(batch, length, width, heads).items():
+        graph, xla = _timed(fn, variables, False), _timed(fn, variables, True)
+        rows.append((name, f"{graph * 1e3:.2f}", f"{xla * 1e3:.2f}"))
+    write(
+        "profile_attention",
+        f"Attention stages alone, forward+backward, B={batch} T={length} D={width} "
+        f"N={heads}" + ("; --quick: a smoke run" if quick else ""),
+        ["stage", "graph ms", "XLA ms"],
+        rows,
+        [
+            "each stage compiled alone with its gradient; medians of 7 runs",
+            "compare with the whole-layer times in speed_attention.md",
+        ],
+    )
