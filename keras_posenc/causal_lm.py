@@ -26,7 +26,25 @@ class CausalLM(keras.Model):
     evaluated at the new token's true position against the cache, so cached
     decoding gives the logits a full recompute gives.
 
-    Args: those of `build_causal_lm`.
+    Args:
+        vocab_size: int, the vocabulary size V.
+        sequence_length: int or None, a fixed T. Defaults to `None`.
+        hidden_dim: int, the width D (divisible by `num_heads`).
+            Defaults to `64`.
+        num_layers: int, Transformer layers. Defaults to `2`.
+        num_heads: int, attention heads. Defaults to `4`.
+        dropout: float, every dropout rate (attention weights, feed-forward
+            outputs). Defaults to `0.0`.
+        position: str, one of `POSITION_METHODS`. Defaults to `"rope"`.
+        max_length: int, the table size of `"learned"` (the longest text it
+            can read or generate); the clipping distance of `"clipped"` and
+            `"gated"` defaults to `min(max_length, 32)`. Defaults to `512`.
+        attention_window: int, block-local causal attention with this window
+            (linear in T; generation keeps the same band). Defaults to `None`.
+        position_options: dict, options of the method's layers, as in
+            `build_encoder`; options that would look ahead (a bias with
+            `bidirectional=True`) are refused. Defaults to `None`.
+        name: str, the model name. Defaults to `"causal_lm"`.
 
     Example:
 
@@ -50,6 +68,7 @@ class CausalLM(keras.Model):
         max_length=512,
         attention_window=None,
         position_options=None,
+        name="causal_lm",
         **kwargs,
     ):
         _checks.choice("position", position, tuple(METHODS))
@@ -81,8 +100,7 @@ class CausalLM(keras.Model):
         decoder = Decoder(config)
         tokens = keras.Input((length,), dtype="int32", name="tokens")
         logits = decoder.forward(tokens)
-        kwargs.setdefault("name", "causal_lm")
-        super().__init__(tokens, logits, **kwargs)
+        super().__init__(tokens, logits, name=name, **kwargs)
         self._decoder = decoder
         self._lm_config = config
 

@@ -228,45 +228,12 @@ def _add(*tensors):
     return keras.layers.Add()(list(tensors))
 
 
-def build_causal_lm(
-    vocab_size,
-    sequence_length=None,
-    hidden_dim=64,
-    num_layers=2,
-    num_heads=4,
-    dropout=0.0,
-    position="rope",
-    max_length=512,
-    attention_window=None,
-    position_options=None,
-    name="causal_lm",
-):
-    """A decoder-only language model `(B, T)` ids -> `(B, T, vocab_size)` logits.
-
-    The encoder's layers under causal masks, for every `POSITION_METHODS`
-    entry (see `keras_posenc.causal_lm.CausalLM` for what makes each method
-    causal); the returned model trains with `model.fit` on next-token
-    targets, saves as `.keras`, and has `generate` (KV-cached decoding).
+def build_causal_lm(vocab_size, **kwargs):
+    """A decoder-only LM `(B, T)` ids -> `(B, T, V)` logits, with `generate`.
 
     Args:
         vocab_size: int, the vocabulary size V.
-        sequence_length: int or None, a fixed T. Defaults to `None`.
-        hidden_dim: int, the width D (divisible by `num_heads`).
-            Defaults to `64`.
-        num_layers: int, Transformer layers. Defaults to `2`.
-        num_heads: int, attention heads. Defaults to `4`.
-        dropout: float, every dropout rate (attention weights, feed-forward
-            outputs). Defaults to `0.0`.
-        position: str, one of `POSITION_METHODS`. Defaults to `"rope"`.
-        max_length: int, the table size of `"learned"` (the longest text it
-            can read or generate); the clipping distance of `"clipped"` and
-            `"gated"` defaults to `min(max_length, 32)`. Defaults to `512`.
-        attention_window: int, block-local causal attention with this window
-            (linear in T; generation keeps the same band). Defaults to `None`.
-        position_options: dict, options of the method's layers, as in
-            `build_encoder`; options that would look ahead (a bias with
-            `bidirectional=True`) are refused. Defaults to `None`.
-        name: str, the model name. Defaults to `"causal_lm"`.
+        **kwargs: the other arguments of `keras_posenc.causal_lm.CausalLM`.
 
     Returns:
         A `keras_posenc.causal_lm.CausalLM` (a functional `keras.Model`).
@@ -280,16 +247,4 @@ def build_causal_lm(
     >>> model(np.ones((2, 9), "int32")).shape
     TensorShape([2, 9, 30])
     """
-    return CausalLM(
-        vocab_size,
-        sequence_length=sequence_length,
-        hidden_dim=hidden_dim,
-        num_layers=num_layers,
-        num_heads=num_heads,
-        dropout=dropout,
-        position=position,
-        max_length=max_length,
-        attention_window=attention_window,
-        position_options=position_options,
-        name=name,
-    )
+    return CausalLM(vocab_size, **kwargs)
