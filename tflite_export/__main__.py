@@ -214,6 +214,13 @@ def _export(args):
     if not report.tflm_ok:
         print(f"error: TFLM cannot run the model: {report.tflm_error}", file=sys.stderr)
         return EXPORT_FAILED
+    return write_outputs(args, model_bytes)
+
+
+def write_outputs(args, model_bytes):
+    """Writes `--out` (and the C array), atomically; the exit code 0."""
+    import tflite_export
+
     tflite_export.atomic_write(args.out, model_bytes, force=args.force)
     print(f"wrote {args.out} ({len(model_bytes)} bytes)")
     if args.c_array:

@@ -6,7 +6,7 @@ import sys
 def export_causal_lm(args, model, x):
     """Converts a causal LM, checks generation on the device, then writes it."""
     import tflite_export
-    from tflite_export.__main__ import EXPORT_FAILED
+    from tflite_export.__main__ import EXPORT_FAILED, write_outputs
     from tflite_export.causal_lm import check_calibration_ids
 
     if args.mode not in ("int8", "float32"):
@@ -42,10 +42,4 @@ def export_causal_lm(args, model, x):
     if len(tokens) == 2:
         same = bool((tokens["litert"] == tokens["tflm"]).all())
         print(f"| TFLM == LiteRT | {same} |")
-    tflite_export.atomic_write(args.out, model_bytes, force=args.force)
-    print(f"wrote {args.out} ({len(model_bytes)} bytes)")
-    if args.c_array:
-        source = args.out.with_suffix(".cc")
-        tflite_export.write_c_array(model_bytes, source, force=args.force)
-        print(f"wrote {source}")
-    return 0
+    return write_outputs(args, model_bytes)
