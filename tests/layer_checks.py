@@ -132,3 +132,10 @@ def check_mixed_precision(make_layer, inputs, call_kwargs=None):
             assert np.all(np.isfinite(tf.cast(output, tf.float32).numpy()))
         finally:
             keras.mixed_precision.set_global_policy("float32")
+
+
+#: One builder method per kind of position producer. The slower Keras 2 pass
+#: runs the per-method TFLite conversions on these only: the TFLite graph is
+#: built from the same TensorFlow ops in both modes, and the Keras 3 pass
+#: converts every method.
+PRODUCER_KINDS = ("t5", "dynamic_bias", "hybrid", "recursive", "rope", "gated")

@@ -27,18 +27,6 @@ def tokens(batch=2, length=11, seed=0):
     )
 
 
-@pytest.mark.parametrize("position", POSITION_METHODS)
-def test_changing_token_t_never_changes_earlier_logits(position):
-    model = small(position)
-    x = tokens()
-    for t in (0, 5, 10):
-        changed = x.copy()
-        changed[:, t] = changed[:, t] % (VOCAB - 1) + 1
-        before, after = model(x).numpy(), model(changed).numpy()
-        np.testing.assert_allclose(after[:, :t], before[:, :t], atol=1e-6)
-        assert np.abs(after[:, t:] - before[:, t:]).max() > 1e-4  # t is read
-
-
 def cached_logits(model, x, prefill):
     cache = model.empty_cache(x.shape[0], x.shape[1] + 3)
     logits, cache = model.call_with_cache(x[:, :prefill], cache, 0)
@@ -49,24 +37,22 @@ def cached_logits(model, x, prefill):
     return np.concatenate(outputs, axis=1)
 
 
-#: Block-local variants: one method per kind of position producer.
-WINDOWED = ("learned", "t5", "dynamic_bias", "hybrid", "recursive", "rope", "gated")
-
-
-@pytest.mark.parametrize(
-    "position, window",
-    [(method, None) for method in POSITION_METHODS] + [(m, 3) for m in WINDOWED],
-)
-def test_cached_logits_equal_full_recompute(position, window):
-    """Every producer at the true positions under the cache (keras-hub#2861)."""
-    model = small(position, attention_window=window)
-    x = tokens(length=10)
-    np.testing.assert_allclose(cached_logits(model, x, 4), model(x), atol=2e-5)
-
-
 @pytest.mark.parametrize("position", POSITION_METHODS)
-def test_greedy_generation_with_cache_equals_without(position):
+def test_each_method_is_causal_caches_exactly_and_generates_alike(position):
+    """One model per method, three contracts (keras-hub#2861 lost ALiBi here)."""
     model = small(position)
+    x = tokens()
+    # Changing token t never changes the logits before t.
+    for t in (0, 5, 10):
+        changed = x.copy()
+        changed[:, t] = changed[:, t] % (VOCAB - 1) + 1
+        before, after = model(x).numpy(), model(changed).numpy()
+        np.testing.assert_allclose(after[:, :t], before[:, :t], atol=1e-6)
+        assert np.abs(after[:, t:] - before[:, t:]).max() > 1e-4  # t is read
+    # Prefill then one token at a time equals the full recompute.
+    x = x[:, :10]
+    np.testing.assert_allclose(cached_logits(model, x, 4), model(x), atol=2e-5)
+    # Greedy tokens with the cache equal tokens recomputed every step.
     prompts = [[3, 1, 4, 1, 5], [9, 2], [6, 5, 3]]  # different lengths
     cached = model.generate(prompts, max_new_tokens=7)
     recomputed = model.generate(prompts, max_new_tokens=7, use_cache=False)
@@ -75,6 +61,17 @@ def test_greedy_generation_with_cache_equals_without(position):
     for row, prompt in zip(cached, prompts):
         np.testing.assert_array_equal(row[: len(prompt)], prompt)
         assert (row[len(prompt) + 7 :] == 0).all()  # padding after the new tokens
+
+
+#: Block-local variants: one method per kind of position producer.
+WINDOWED = ("learned", "t5", "dynamic_bias", "hybrid", "recursive", "rope", "gated")
+
+
+@pytest.mark.parametrize("position", WINDOWED)
+def test_windowed_cached_logits_equal_full_recompute(position):
+    model = small(position, attention_window=3)
+    x = tokens(length=10)
+    np.testing.assert_allclose(cached_logits(model, x, 4), model(x), atol=2e-5)
 
 
 def test_greedy_generation_equals_argmax_of_full_logits():

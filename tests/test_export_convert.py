@@ -1,6 +1,7 @@
 import numpy as np
 import pytest
 import tensorflow as tf
+from layer_checks import PRODUCER_KINDS
 
 import tflite_export
 from keras_posenc import IS_KERAS_3, models
@@ -54,7 +55,9 @@ def _classifier(position, **kwargs):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("position", models.POSITION_METHODS)
+@pytest.mark.parametrize(
+    "position", models.POSITION_METHODS if IS_KERAS_3 else PRODUCER_KINDS
+)
 def test_every_method_exports_to_full_int8_and_runs_in_tflm(position):
     model = _classifier(position)  # built with a None batch and length
     x = np.random.default_rng(0).integers(0, 10, size=(40, 12))
