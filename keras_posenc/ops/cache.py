@@ -31,11 +31,11 @@ def static_decoding():
 
 
 def position_rows(encode, index, length, max_length):
-    """`encode(start_index)` for `length` tokens at `index`, `(..., T, D)`.
+    """`encode(index, length)`: the `(..., T, D)` encoding of T tokens at `index`.
 
+    `encode(start, count)` returns the encoding of positions `start ...`.
     Inside `static_decoding()` the encoding of all `max_length` positions is
     a constant and the rows of the runtime positions are gathered from it.
-    `encode(start, count)` returns the encoding of positions `start ...`.
     """
     if not _STATIC.get():
         return encode(index, length)
