@@ -68,10 +68,15 @@ WINDOWED = ("learned", "t5", "dynamic_bias", "hybrid", "recursive", "rope", "gat
 
 
 @pytest.mark.parametrize("position", WINDOWED)
-def test_windowed_cached_logits_equal_full_recompute(position):
+def test_windowed_caching_and_generation_equal_full_recompute(position):
     model = small(position, attention_window=3)
     x = tokens(length=10)
     np.testing.assert_allclose(cached_logits(model, x, 4), model(x), atol=2e-5)
+    prompts = [[3, 1, 4, 1, 5], [9, 2]]
+    np.testing.assert_array_equal(
+        model.generate(prompts, max_new_tokens=6),
+        model.generate(prompts, max_new_tokens=6, use_cache=False),
+    )
 
 
 def test_greedy_generation_equals_argmax_of_full_logits():
