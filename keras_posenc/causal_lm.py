@@ -200,7 +200,16 @@ class CausalLM(keras.Model):
             An int32 NumPy array `(B, P + max_new_tokens)`.
         """
         prompts, lengths = generation.check_prompts(prompt_ids, pad_token_id)
-        generation.check_sampling(sampler, temperature, top_k, top_p, max_new_tokens)
+        options = generation.sampling_options(
+            max_new_tokens,
+            sampler,
+            temperature,
+            top_k,
+            top_p,
+            seed,
+            stop_token_ids,
+            pad_token_id,
+        )
         use_cache = _checks.boolean("use_cache", use_cache)
         batch, total = len(lengths), prompts.shape[1] + max_new_tokens
         limit = self._lm_config["max_length"]
@@ -214,17 +223,4 @@ class CausalLM(keras.Model):
         prefill, step = _steps.decoding_steps(
             self, batch, total, use_cache, jit_compile
         )
-        return generation.generate_tokens(
-            prefill,
-            step,
-            prompts,
-            lengths,
-            max_new_tokens,
-            sampler=sampler,
-            temperature=temperature,
-            top_k=top_k,
-            top_p=top_p,
-            seed=seed,
-            stop_token_ids=stop_token_ids,
-            pad_token_id=pad_token_id,
-        )
+        return generation.generate_tokens(prefill, step, prompts, lengths, **options)

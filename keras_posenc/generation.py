@@ -43,8 +43,22 @@ def check_prompts(prompt_ids, pad_token_id=0):
     return prompts, lengths
 
 
-def check_sampling(sampler, temperature, top_k, top_p, max_new_tokens):
-    """Validates the sampling arguments of `generate`."""
+def sampling_options(
+    max_new_tokens,
+    sampler="greedy",
+    temperature=1.0,
+    top_k=50,
+    top_p=0.9,
+    seed=None,
+    stop_token_ids=None,
+    pad_token_id=0,
+):
+    """The checked decoding arguments of `generate`, as `generate_tokens` takes them.
+
+    A plain dict (JSON-serialisable), so one set of arguments is validated
+    once and passed on whole, to a Keras loop or to an interpreter's.
+    """
+    _checks.positive_int("max_new_tokens", max_new_tokens)
     _checks.choice("sampler", sampler, SAMPLERS)
     _checks.positive_float("temperature", temperature)
     _checks.positive_int("top_k", top_k)
@@ -52,7 +66,16 @@ def check_sampling(sampler, temperature, top_k, top_p, max_new_tokens):
         _checks.fail("top_p", "a float in (0, 1]", top_p, error=TypeError)
     if not 0.0 < top_p <= 1.0:
         _checks.fail("top_p", "a float in (0, 1]", top_p)
-    _checks.positive_int("max_new_tokens", max_new_tokens)
+    return dict(
+        max_new_tokens=max_new_tokens,
+        sampler=sampler,
+        temperature=temperature,
+        top_k=top_k,
+        top_p=top_p,
+        seed=seed,
+        stop_token_ids=[int(token) for token in stop_token_ids or ()],
+        pad_token_id=pad_token_id,
+    )
 
 
 def sample(logits, sampler, temperature, top_k, top_p, rng):

@@ -49,7 +49,16 @@ def generate_tflite(
     if runtime not in RUNTIMES:
         _fail("runtime", f"one of {RUNTIMES}", runtime)
     prompts, lengths = generation.check_prompts(prompt_ids, pad_token_id)
-    generation.check_sampling(sampler, temperature, top_k, top_p, max_new_tokens)
+    options = generation.sampling_options(
+        max_new_tokens,
+        sampler,
+        temperature,
+        top_k,
+        top_p,
+        seed,
+        stop_token_ids,
+        pad_token_id,
+    )
     capacity = cache_length(model_bytes)
     if prompts.shape[1] > capacity:
         _fail(
@@ -64,16 +73,6 @@ def generate_tflite(
             f"{prompts.shape[1]}",
             max_new_tokens,
         )
-    options = dict(
-        max_new_tokens=max_new_tokens,
-        sampler=sampler,
-        temperature=temperature,
-        top_k=top_k,
-        top_p=top_p,
-        seed=seed,
-        stop_token_ids=list(stop_token_ids or ()),
-        pad_token_id=pad_token_id,
-    )
     if runtime == "tflm":
         from tflite_export._tflm_generation import in_subprocess
 
