@@ -3,11 +3,22 @@
 import argparse
 import time
 
-from benchmarks import accuracy, edge, lm, local, memory, profile, rope, speed
+from benchmarks import (
+    accuracy,
+    edge,
+    lm,
+    local,
+    memory,
+    profile,
+    rope,
+    scaling,
+    speed,
+)
 
 BENCHMARKS = {
     "speed": speed,
     "profile": profile,
+    "scaling": scaling,
     "local": local,
     "memory": memory,
     "edge": edge,

@@ -44,6 +44,9 @@ def stages(batch, length, width, heads):
     t5, dynamic = RelativePositionBias(heads, "t5"), DynamicPositionBias(heads)
     t5(x), dynamic(x)  # builds
     heads_x = tf.random.normal((batch, length, heads, size))
+    row = tf.Variable(tf.random.normal((heads, 2 * length - 1)))
+    index = tf.range(length)[None, :] - tf.range(length)[:, None] + (length - 1)
+    bias = tf.Variable(tf.random.normal((1, heads, length, length)))
     return {
         "projections (Dense, ours)": (
             lambda: sum(tf.reduce_sum(layer(x)) for layer in dense),
@@ -66,6 +69,15 @@ def stages(batch, length, width, heads):
         ),
         "bias t5 (1, N, T, S)": (lambda: t5(x), t5.trainable_variables),
         "bias dynamic (1, N, T, S)": (lambda: dynamic(x), dynamic.trainable_variables),
+        "Toeplitz row -> (N, T, S): gather scalars on axis 1 (before)": (
+            lambda: tf.gather(row, index, axis=1),
+            [row],
+        ),
+        "Toeplitz row -> (N, T, S): gather rows on axis 0 + transpose (now)": (
+            lambda: tf.transpose(tf.gather(tf.transpose(row), index), [2, 0, 1]),
+            [row],
+        ),
+        "bias add (B, N, T, S) + (1, N, T, S)": (lambda: logits + bias, [logits, bias]),
         "softmax (float32)": (lambda: tf.nn.softmax(logits) * logits, [logits]),
         "value product": (lambda: tf.matmul(tf.nn.softmax(logits), q), [logits, q]),
     }

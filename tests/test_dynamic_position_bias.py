@@ -55,12 +55,21 @@ def test_bias_depends_only_on_distance():
         np.testing.assert_allclose(bias[:, i, :8], bias[:, i + 1, 1:], atol=1e-6)
 
 
-def test_distinct_distance_path_equals_the_grid_path():
+def test_distinct_distance_path_equals_the_grid_path_and_its_gradients():
     layer = DynamicPositionBias(num_heads=2)
     q, k = tf.zeros((1, 5, 1)), tf.zeros((1, 8, 1))
-    fast = layer(q, k, start_index=3).numpy()
-    grid = layer(q, k, positions=np.arange(3, 8), key_positions=np.arange(8))
-    np.testing.assert_allclose(fast, grid.numpy(), atol=1e-5)
+    upstream = tf.random.stateless_normal((1, 2, 5, 8), seed=(1, 2))
+    results = []
+    grid_positions = {"positions": np.arange(3, 8), "key_positions": np.arange(8)}
+    for where in ({"start_index": 3}, grid_positions):  # distinct path, then grid
+        with tf.GradientTape() as tape:
+            bias = layer(q, k, **where)
+            loss = tf.reduce_sum(bias * upstream)
+        results.append((bias, tape.gradient(loss, layer.trainable_variables)))
+    (fast, fast_grads), (grid, grid_grads) = results
+    np.testing.assert_allclose(fast.numpy(), grid.numpy(), atol=1e-5)
+    for a, b in zip(fast_grads, grid_grads):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-4, atol=1e-5)
 
 
 def test_two_dimensional_coordinates():

@@ -65,4 +65,8 @@ class BiasLayer(keras.layers.Layer):
             - tf.range(query_length)[:, None]
             + (query_length - 1)
         )  # (T, S): distance j - i, shifted to the row's index
-        return tf.gather(row, index, axis=1)  # (N, T, S)
+        # Gathering whole (N,) rows on axis 0 and transposing once is 3x faster
+        # (forward and backward, graph mode) than gathering scalars on axis 1
+        # (benchmarks/results/profile_attention.md).
+        bias = tf.gather(tf.transpose(row), index)  # (T, S, N)
+        return tf.transpose(bias, [2, 0, 1])  # (N, T, S)
