@@ -47,6 +47,8 @@ def stages(batch, length, width, heads):
     row = tf.Variable(tf.random.normal((heads, 2 * length - 1)))
     index = tf.range(length)[None, :] - tf.range(length)[:, None] + (length - 1)
     bias = tf.Variable(tf.random.normal((1, heads, length, length)))
+    heads_q = tf.Variable(tf.random.normal((batch, length, heads, size)))
+    heads_k = tf.Variable(tf.random.normal((batch, length, heads, size)))
     return {
         "projections (Dense, ours)": (
             lambda: sum(tf.reduce_sum(layer(x)) for layer in dense),
@@ -59,12 +61,16 @@ def stages(batch, length, width, heads):
             ),
             [w for layer in einsum for w in layer.trainable_variables],
         ),
-        "logits Q K^T (matmul, ours)": (
-            lambda: tf.matmul(q, k, transpose_b=True),
-            [q, k],
+        "logits Q K^T: einsum on (B, T, N, H) (ours)": (
+            lambda: tf.einsum("btnh,bsnh->bnts", heads_q, heads_k),
+            [heads_q, heads_k],
         ),
-        "logits Q K^T (einsum, Keras)": (
-            lambda: tf.einsum("bnth,bnsh->bnts", q, k),
+        "logits Q K^T: Keras' einsum aecd,abcd->acbe": (
+            lambda: tf.einsum("aecd,abcd->acbe", heads_k, heads_q),
+            [heads_q, heads_k],
+        ),
+        "logits Q K^T: matmul on (B, N, T, H) (ours before)": (
+            lambda: tf.matmul(q, k, transpose_b=True),
             [q, k],
         ),
         "bias t5 (1, N, T, S)": (lambda: t5(x), t5.trainable_variables),
@@ -78,8 +84,16 @@ def stages(batch, length, width, heads):
             [row],
         ),
         "bias add (B, N, T, S) + (1, N, T, S)": (lambda: logits + bias, [logits, bias]),
+        "query scale 1/sqrt(H) on (B, T, N, H)": (lambda: heads_q * 0.25, [heads_q]),
         "softmax (float32)": (lambda: tf.nn.softmax(logits) * logits, [logits]),
-        "value product": (lambda: tf.matmul(tf.nn.softmax(logits), q), [logits, q]),
+        "value product: einsum on (B, S, N, H) (ours)": (
+            lambda: tf.einsum("bnts,bsnh->btnh", tf.nn.softmax(logits), heads_k),
+            [logits, heads_k],
+        ),
+        "value product: matmul on (B, N, S, H) (ours before)": (
+            lambda: tf.matmul(tf.nn.softmax(logits), q),
+            [logits, q],
+        ),
     }
 
 
@@ -98,5 +112,8 @@ def run(quick):
         [
             "each stage compiled alone with its gradient; medians of 7 runs",
             "compare with the whole-layer times in speed_attention.md",
+            "a bias computed once and shared by L layers would save (L - 1) times "
+            "its 'bias' row; folding the query scale into the projection would "
+            "save the 'query scale' row",
         ],
     )

@@ -2,7 +2,7 @@
 
 import tensorflow as tf
 
-from keras_posenc import _checks, ops
+from keras_posenc import _checks
 from keras_posenc._compat import (
     incoming_mask,
     keras,
@@ -20,7 +20,7 @@ class RelativeMultiHeadAttention(ProjectedAttention):
     """Multi-head attention with a position bias: `softmax(QK^T/sqrt(H) + B) V`.
 
     Queries `(B, T, Dq)`, keys and values `(B, S, Dv)` of any widths are
-    projected to `N` heads (`(B, N, T, H)`, `(B, N, S, H)`), the logits
+    projected to `N` heads (`(B, T, N, H)`, `(B, S, N, H)`), the logits
     `(B, N, T, S)` get the bias `B` of `position_bias` (any producer of the
     bias contract: `RelativePositionBias`, `DynamicPositionBias`, ...) plus an
     optional call-time `attention_bias`; masked keys get exactly zero weight
@@ -36,9 +36,10 @@ class RelativeMultiHeadAttention(ProjectedAttention):
     axes are `(T, H)` / `(S, H)` (the `(T, 3W)` band in block-local mode),
     and returns the context `(..., T, Hv)` and the weights `(..., T, S)`.
 
-    Built from Dense projections, reshapes, transposes and BATCH_MATMUL (no
-    einsum, no GELU), so with static shapes it exports to full-int8 TFLite
-    and runs on microcontrollers. Keras masks work as in
+    Built from Dense projections, reshapes and einsums on the heads-last
+    `(B, T, N, H)` layout of Keras' layer (no GELU); the TFLite converter
+    lowers the einsums to BATCH_MATMUL and TRANSPOSE, so with static shapes
+    it exports to full-int8 TFLite and runs on microcontrollers. Keras masks work as in
     `keras.layers.MultiHeadAttention`; a fully masked row gives finite output.
 
     Args:
@@ -207,7 +208,7 @@ class RelativeMultiHeadAttention(ProjectedAttention):
         masks = [incoming_mask(tensor, mask) for tensor, mask in pairs]
         if cache is not None:  # decoding: self-attention over the cache
             return self.decode(query, cache, cache_update_index, attention_mask)
-        q, k, v = self.project(query, key, value)  # (B, N, T|S, H)
+        q, k, v = self.project(query, key, value)  # (B, T|S, N, H)
         if self.rotary is not None:
             q, k = self.rotate(q, k, query, key, **where)
         context, weights = self.attend(
@@ -220,7 +221,7 @@ class RelativeMultiHeadAttention(ProjectedAttention):
             attention_mask=attention_mask,
             attention_bias=attention_bias,
         )
-        output = self._output_dense(ops.merge_heads(context))  # (B, T, Dout)
+        output = self.merge(context)  # (B, T, Dout)
         if return_attention_scores:
             return output, weights
         return output

@@ -99,6 +99,11 @@ def combine_masks(
     return mask
 
 
+def swap_heads(x):
+    """Swaps axes 1 and 2 of a 4-D tensor: `(B, N, T, H) <-> (B, T, N, H)`."""
+    return tf.transpose(x, [0, 2, 1, 3])
+
+
 def split_heads(x, num_heads):
     """`(B, L, N*H)` -> `(B, N, L, H)`, with static shapes when known."""
     x = tf.reshape(x, [-1, dim(x, 1), num_heads, x.shape[-1] // num_heads])

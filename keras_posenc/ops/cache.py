@@ -53,23 +53,18 @@ def cached_bias(position_bias, query, keys, index):
 
 
 def update_cache(cache, key, value, index):
-    """Writes key/value heads `(B, N, T, H)` into `cache` at `index`.
+    """Writes heads-last key/value heads `(B, T, N, H)` into `cache` at `index`.
 
     Returns:
-        `(keys, values, cache)`: all cached keys and values heads-first
-        `(B, N, S_max, H)` and the updated `(B, 2, S_max, N, H)` cache.
+        `(keys, values, cache)`: all cached keys and values `(B, S_max, N, H)`
+        and the updated `(B, 2, S_max, N, H)` cache.
     """
     index = tf.cast(index, tf.int32)
-    new = tf.stack([heads_last(key), heads_last(value)], axis=1)  # (B, 2, T, N, H)
+    new = tf.stack([key, value], axis=1)  # (B, 2, T, N, H)
     cache = dynamic_update_slice(cache, tf.cast(new, cache.dtype), [0, 0, index, 0, 0])
     # Unstacked, not sliced: microcontrollers slice at most 4-D tensors.
     keys, values = tf.unstack(cache, axis=1)  # (B, S_max, N, H) each
-    return heads_last(keys), heads_last(values), cache
-
-
-def heads_last(x):
-    """Swaps axes 1 and 2 of a 4-D tensor: `(B, N, T, H) <-> (B, T, N, H)`."""
-    return tf.transpose(x, [0, 2, 1, 3])
+    return keys, values, cache
 
 
 def write_rows(buffer, rows, index):
