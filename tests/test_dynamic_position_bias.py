@@ -127,10 +127,16 @@ def test_rejects_bad_arguments(kwargs, error, match):
         DynamicPositionBias(**args)
 
 
-def test_grid_bias_honours_start_index():
-    layer = DynamicPositionBias(num_heads=2, coordinate_dim=2, grid_shape=(3, 4))
+def test_grid_bias_is_the_mlp_of_grid_offsets_and_honours_start_index():
+    layer = DynamicPositionBias(
+        num_heads=2, coordinate_dim=2, grid_shape=(3, 4), log_distance=False
+    )
     q, k = tf.zeros((1, 12, 1)), tf.zeros((1, 12, 1))
     full = layer(q, k).numpy()
+    rows, cols = np.divmod(np.arange(12), 4)
+    grid = np.stack([rows, cols], -1).astype("float32")  # row-major coordinates
+    want = mlp_oracle_linear(layer, grid[None, :, :] - grid[:, None, :])
+    np.testing.assert_allclose(full[0], want.transpose(2, 0, 1), atol=1e-5)
     tail = layer(q[:, 8:], k, start_index=8).numpy()
     np.testing.assert_allclose(tail, full[:, :, 8:], atol=1e-6)
 
