@@ -34,7 +34,10 @@ def settings(quick):
 def fit(model, x, y, validation, run):
     """Trains to convergence; returns the number of epochs run."""
     stop = keras.callbacks.EarlyStopping(
-        monitor="val_loss", patience=run["patience"], restore_best_weights=True
+        monitor="val_loss",
+        min_delta=1e-3,
+        patience=run["patience"],
+        restore_best_weights=True,
     )
     history = model.fit(
         x,
@@ -129,8 +132,8 @@ def run(quick):
         else f"to convergence, mean ±half-range over {seeds} seeds"
     )
     training = (
-        f"early stopping on val_loss (patience {setting['patience']}, best weights "
-        f"restored), at most {setting['epochs']} epochs"
+        f"early stopping on val_loss (min_delta 1e-3, patience {setting['patience']},"
+        f" best weights restored), at most {setting['epochs']} epochs"
     )
     rows, scores = synthetic_rows(setting)
     relative = {p: s for (t, p), s in scores.items() if t == "relative_offset"}
