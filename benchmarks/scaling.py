@@ -1,16 +1,19 @@
 """Scaling: attention time and peak memory from T=256 to 8192, fitted exponents.
 
 One attention layer (B=1, D=64, N=2), forward+backward in graph mode, dense
-with each position producer and block-local (W=128). Each variant runs in
-its own process over increasing lengths, so its peak resident memory at a
-length is that length's own (memory only grows with T); the table reports
-the growth over the process's memory before the first call. The exponent
+with each position producer and block-local (W=128). Each (variant, length)
+runs in a fresh process; memory is the growth of its resident set while the
+compiled step runs (sampled every millisecond) over the resident set just
+before, so the import and tracing peaks do not hide it. The exponent
 `k` of `time ~ T^k` is a least-squares fit in log-log over the lengths at
 or above 1024, where the T^2 terms dominate dense attention.
 """
 
 import json
+import os
 import sys
+import threading
+import time
 
 import numpy as np
 
@@ -34,11 +37,11 @@ VARIANTS = {
 FIT_FROM = 1024
 
 
-def measure(name, *lengths):
-    """Seconds and memory growth per length, printed as JSON (own process)."""
+def measure(name, length):
+    """Seconds and memory growth (MB) of one length, printed as JSON."""
     import tensorflow as tf
 
-    from benchmarks._common import median_seconds, own_peak_rss_mb
+    from benchmarks._common import median_seconds
     from keras_posenc import (
         DynamicPositionBias,
         RelativeMultiHeadAttention,
@@ -58,14 +61,36 @@ def measure(name, *lengths):
     layer = RelativeMultiHeadAttention(
         heads, width // heads, attention_window=window, **extra
     )
-    layer(tf.zeros((1, 8, width)))  # builds
-    before = own_peak_rss_mb()
-    results = {}
-    for length in map(int, lengths):
-        step = _fwd_bwd(layer, tf.random.normal((1, length, width)))
-        seconds = median_seconds(step, repeats=3, warmup=1)
-        results[length] = [seconds, own_peak_rss_mb() - before]
-    print(json.dumps(results))
+    step = _fwd_bwd(layer, tf.random.normal((1, int(length), width)))
+    step()  # builds and traces
+    growth = _peak_growth_mb(step)
+    seconds = median_seconds(step, repeats=3, warmup=0)
+    print(json.dumps({"seconds": seconds, "growth_mb": growth}))
+
+
+def _peak_growth_mb(fn):
+    """Peak growth of the resident set while `fn()` runs, in MB."""
+    page = os.sysconf("SC_PAGE_SIZE")
+
+    def resident():
+        with open("/proc/self/statm") as statm:
+            return int(statm.read().split()[1]) * page
+
+    base, peak, done = resident(), [0], threading.Event()
+
+    def sample():
+        while not done.is_set():
+            peak[0] = max(peak[0], resident())
+            time.sleep(0.001)
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    try:
+        fn()
+    finally:
+        done.set()
+        sampler.join()
+    return max(peak[0], resident(), base) / 2**20 - base / 2**20
 
 
 def _fwd_bwd(layer, x):
@@ -93,12 +118,12 @@ def run(quick):
     lengths = QUICK_LENGTHS if quick else LENGTHS
     curves, rows = {}, []
     for name in VARIANTS:
-        result = peak_rss_mb("benchmarks.scaling", name, *lengths, timeout=3600)
-        if "error" in result:
+        results = [peak_rss_mb("benchmarks.scaling", name, t) for t in lengths]
+        if any("error" in result for result in results):
             rows.append([name] + ["failed"] * (len(lengths) + 2))
             continue
-        seconds = [result[str(t)][0] for t in lengths]
-        memory = [result[str(t)][1] for t in lengths]
+        seconds = [result["seconds"] for result in results]
+        memory = [result["growth_mb"] for result in results]
         curves[name] = (seconds, memory)
         rows.append(
             [name]
@@ -118,8 +143,8 @@ def run(quick):
         + ["time exponent", "memory exponent"],
         rows,
         [
-            "ms: median of 3 calls; MB: peak resident memory growth of the "
-            "variant's own process over its memory before the first call",
+            "ms: median of 3 calls after one warm-up; MB: peak growth of the "
+            "resident set during one call, in a fresh process per cell",
             f"exponents: least-squares slope in log-log over T >= {FIT_FROM}",
         ],
         figure=_plot(lengths, curves),

@@ -136,3 +136,33 @@ def test_clipped_table_mean_with_a_key_count_per_example():
     )
     got = ops.clipped_table_mean(table, 6, counts.astype("int32"))
     np.testing.assert_allclose(got, want, atol=1e-5)
+
+
+@pytest.mark.parametrize("length,keys", [(5, 8), (8, 5), (6, 6)])
+def test_toeplitz_and_its_gradient_match_numpy(length, keys):
+    import tensorflow as tf
+
+    rng = np.random.default_rng(length * keys)
+    row = rng.normal(size=(3, length + keys - 1)).astype("float32")
+    upstream = rng.normal(size=(3, length, keys)).astype("float32")
+    distance = np.arange(keys)[None, :] - np.arange(length)[:, None] + length - 1
+    want_grad = np.zeros_like(row)
+    np.add.at(want_grad, (slice(None), distance), upstream)  # sum per diagonal
+
+    def value_and_grad(row_tensor, t, s):
+        with tf.GradientTape() as tape:
+            tape.watch(row_tensor)
+            out = ops.toeplitz(row_tensor, t, s)
+            loss = tf.reduce_sum(out * upstream)
+        return out, tape.gradient(loss, row_tensor)
+
+    spec = tf.TensorSpec([3, None], tf.float32)
+    dynamic = tf.function(  # lengths known only at run time
+        lambda r: value_and_grad(r, tf.shape(upstream)[1], tf.shape(upstream)[2]),
+        input_signature=[spec],
+    )
+    xla = tf.function(lambda r: value_and_grad(r, length, keys), jit_compile=True)
+    for run in (lambda r: value_and_grad(r, length, keys), dynamic, xla):
+        out, grad = run(tf.constant(row))
+        np.testing.assert_allclose(out.numpy(), row[:, distance], rtol=1e-6)
+        np.testing.assert_allclose(grad.numpy(), want_grad, rtol=1e-5, atol=1e-5)

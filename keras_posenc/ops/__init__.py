@@ -29,6 +29,7 @@ from keras_posenc.ops.positions import (
     relative_positions,
     sinusoid,
     t5_relative_position_bucket,
+    toeplitz,
 )
 
 __all__ = [
@@ -55,4 +56,5 @@ __all__ = [
     "sinusoid",
     "split_heads",
     "t5_relative_position_bucket",
+    "toeplitz",
 ]
