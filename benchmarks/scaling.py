@@ -2,9 +2,9 @@
 
 One attention layer (B=1, D=64, N=2), forward+backward in graph mode, dense
 with each position producer and block-local (W=128). Each (variant, length)
-runs in a fresh process; memory is the growth of its resident set while the
-compiled step runs (sampled every millisecond) over the resident set just
-before, so the import and tracing peaks do not hide it. The exponent
+runs in a fresh process; memory is the growth of its resident set during the
+first run of the traced step (sampled every millisecond) over the resident
+set just before it, so the import and tracing peaks do not hide it. The exponent
 `k` of `time ~ T^k` is a least-squares fit in log-log over the lengths at
 or above 1024, where the T^2 terms dominate dense attention.
 """
@@ -62,8 +62,8 @@ def measure(name, length):
         heads, width // heads, attention_window=window, **extra
     )
     step = _fwd_bwd(layer, tf.random.normal((1, int(length), width)))
-    step()  # builds and traces
-    growth = _peak_growth_mb(step)
+    step.get_concrete_function()  # builds and traces without running
+    growth = _peak_growth_mb(step)  # the first run allocates everything afresh
     seconds = median_seconds(step, repeats=3, warmup=0)
     print(json.dumps({"seconds": seconds, "growth_mb": growth}))
 
@@ -143,8 +143,8 @@ def run(quick):
         + ["time exponent", "memory exponent"],
         rows,
         [
-            "ms: median of 3 calls after one warm-up; MB: peak growth of the "
-            "resident set during one call, in a fresh process per cell",
+            "ms: median of 3 calls after the first; MB: peak growth of the "
+            "resident set during the first call, in a fresh process per cell",
             f"exponents: least-squares slope in log-log over T >= {FIT_FROM}",
         ],
         figure=_plot(lengths, curves),
