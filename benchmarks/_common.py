@@ -61,6 +61,14 @@ def own_peak_rss_mb():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
+def summary(values):
+    """`mean ±half-range` over seeds (the value alone for one seed)."""
+    values = np.asarray(values)
+    if len(values) == 1:
+        return f"{values[0]:.3f}"
+    return f"{values.mean():.3f} ±{(values.max() - values.min()) / 2:.3f}"
+
+
 def write(name, title, header, rows, notes=(), figure=None):
     """Writes `results/NAME.md` (and `NAME.png`) and prints the table."""
     RESULTS.mkdir(exist_ok=True)

@@ -9,7 +9,7 @@ numbers give no advice.
 import numpy as np
 import tensorflow as tf
 
-from benchmarks._common import write
+from benchmarks._common import summary, write
 from keras_posenc import models, recipes, synthetic
 
 keras = tf.keras
@@ -54,14 +54,6 @@ def fit(model, x, y, validation, run, batch_size=128):
         verbose=0,
     )
     return len(history.history["loss"])
-
-
-def summary(values):
-    """`mean ±half-range` over seeds (the value alone for one seed)."""
-    values = np.asarray(values)
-    if len(values) == 1:
-        return f"{values[0]:.3f}"
-    return f"{values.mean():.3f} ±{(values.max() - values.min()) / 2:.3f}"
 
 
 def synthetic_rows(run):
