@@ -27,6 +27,19 @@ def machine():
     )
 
 
+def fwd_bwd(layer, x, xla=False):
+    """A compiled forward+backward step of `layer(x, x)` (graph, or XLA)."""
+    import tensorflow as tf
+
+    @tf.function(jit_compile=xla)
+    def step():
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(layer(x, x))
+        return tape.gradient(loss, layer.trainable_variables)
+
+    return step
+
+
 def median_seconds(fn, repeats=5, warmup=2):
     """Median wall time of `fn()` after `warmup` calls."""
     for _ in range(warmup):

@@ -17,7 +17,7 @@ import time
 
 import numpy as np
 
-from benchmarks._common import peak_rss_mb, write
+from benchmarks._common import fwd_bwd, peak_rss_mb, write
 
 LENGTHS = (256, 512, 1024, 2048, 4096, 8192)
 QUICK_LENGTHS = (256, 512, 1024)
@@ -61,7 +61,7 @@ def measure(name, length):
     layer = RelativeMultiHeadAttention(
         heads, width // heads, attention_window=window, **extra
     )
-    step = _fwd_bwd(layer, tf.random.normal((1, int(length), width)))
+    step = fwd_bwd(layer, tf.random.normal((1, int(length), width)))
     step.get_concrete_function()  # builds and traces without running
     growth = _peak_growth_mb(step)  # the first run allocates everything afresh
     seconds = median_seconds(step, repeats=3, warmup=0)
@@ -91,18 +91,6 @@ def _peak_growth_mb(fn):
         done.set()
         sampler.join()
     return max(peak[0], resident(), base) / 2**20 - base / 2**20
-
-
-def _fwd_bwd(layer, x):
-    import tensorflow as tf
-
-    @tf.function
-    def step():
-        with tf.GradientTape() as tape:
-            loss = tf.reduce_sum(layer(x, x))
-        return tape.gradient(loss, layer.trainable_variables)
-
-    return step
 
 
 def exponent(lengths, values):

@@ -11,7 +11,7 @@ import time
 import numpy as np
 import tensorflow as tf
 
-from benchmarks._common import write
+from benchmarks._common import fwd_bwd, write
 from keras_posenc import (
     DynamicPositionBias,
     RelativeMultiHeadAttention,
@@ -26,16 +26,6 @@ ATTENTION_SIZES = ((4, 256, 128, 8), (8, 512, 256, 8))
 QUICK_ATTENTION_SIZES = ((2, 128, 64, 4),)
 #: The key of the reference's own time in `paired`'s result.
 REFERENCE = "reference"
-
-
-def _fwd_bwd(layer, x, xla=False):
-    @tf.function(jit_compile=xla)
-    def step():
-        with tf.GradientTape() as tape:
-            loss = tf.reduce_sum(layer(x, x))
-        return tape.gradient(loss, layer.trainable_variables)
-
-    return step
 
 
 def _seconds(fn, calls):
@@ -107,8 +97,8 @@ def attention_rows(batch, length, width, heads, rounds):
     results = {}
     for xla in (False, True):
         results[xla] = paired(
-            _fwd_bwd(keras_attention, x, xla),
-            {name: _fwd_bwd(layer, x, xla) for name, layer in layers.items()},
+            fwd_bwd(keras_attention, x, xla),
+            {name: fwd_bwd(layer, x, xla) for name, layer in layers.items()},
             rounds,
         )
     size = f"B={batch} T={length} D={width} N={heads}"

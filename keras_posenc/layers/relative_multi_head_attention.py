@@ -27,13 +27,12 @@ class RelativeMultiHeadAttention(ProjectedAttention):
     (a bounded penalty inside int8 exports, `ops.bounded_masking`). Softmax
     runs in float32 under mixed precision; the output is projected to `output_dim`
     (the query width by default). The projections are public, named as in
-    `keras.layers.MultiHeadAttention`: `query_dense`, `key_dense`,
-    `value_dense`, `output_dense`.
+    Keras' layer: `query_dense`, `key_dense`, `value_dense`, `output_dense`.
 
     Subclasses change how attention is computed by overriding one method,
     `compute_attention(query, key, value, bias, mask, training)` (as Keras'
-    `_compute_attention`): it takes projected, scaled heads whose last two
-    axes are `(T, H)` / `(S, H)` (the `(T, 3W)` band in block-local mode),
+    `_compute_attention`): it takes projected, scaled heads-first heads (last
+    two axes `(T, H)` / `(S, H)`; the `(T, 3W)` band in block-local mode),
     and returns the context `(..., T, Hv)` and the weights `(..., T, S)`.
 
     Built from Dense projections, reshapes and einsums on the heads-last
