@@ -213,6 +213,41 @@ def test_partial_rotation_leaves_the_rest_and_layout_pairs(interleaved):
     np.testing.assert_allclose(out[..., :4], want, atol=1e-5)
 
 
+@pytest.mark.parametrize("interleaved", [False, True])
+def test_static_and_dynamic_shapes_rotate_alike_forward_and_backward(interleaved):
+    # Static shapes swap the pairs with a roll, unknown ones with slices.
+    x = np.random.normal(size=(2, 5, H)).astype("float32")
+    layer = RotaryEmbedding(rotary_dim=6, interleaved=interleaved)
+    want = oracle_rope(x[..., :6], range(5), default_inv(6), interleaved=interleaved)
+
+    def rotated_and_gradient(inputs):
+        with tf.GradientTape() as tape:
+            tape.watch(inputs)
+            out = layer(inputs)
+            loss = tf.reduce_sum(out * tf.range(H, dtype=tf.float32))
+        return out, tape.gradient(loss, inputs)
+
+    static = tf.function(rotated_and_gradient)
+    dynamic = tf.function(
+        rotated_and_gradient, input_signature=[tf.TensorSpec((None, None, H))]
+    )
+    # The rotation is orthogonal, so the gradient is the inverse rotation
+    # (angles negated) of the upstream weights.
+    upstream = np.broadcast_to(np.arange(H, dtype="float32"), x.shape)
+    back = oracle_rope(
+        upstream[..., :6],
+        [-p for p in range(5)],
+        default_inv(6),
+        interleaved=interleaved,
+    )
+    for fn in (static, dynamic):
+        out, grad = fn(tf.constant(x))
+        np.testing.assert_allclose(out.numpy()[..., :6], want, atol=1e-5)
+        np.testing.assert_array_equal(out.numpy()[..., 6:], x[..., 6:])
+        np.testing.assert_allclose(grad.numpy()[..., :6], back, atol=1e-5)
+        np.testing.assert_array_equal(grad.numpy()[..., 6:], upstream[..., 6:])
+
+
 def test_xpos_logits_decay_with_distance_by_zeta():
     """q_m . k_n of xPos equals plain RoPE's with slot i scaled by zeta_i^((m-n)/b)."""
     x = np.random.normal(size=(1, 6, H)).astype("float32")

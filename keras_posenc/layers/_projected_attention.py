@@ -58,7 +58,10 @@ class ProjectedAttention(Projections):
     def rotate(
         self, q, k, query, key, start_index=0, positions=None, key_positions=None
     ):
-        """`rotary` applied to heads-last `(B, T|S, N, H)` at their true positions."""
+        """`rotary` applied to heads-last `(B, T|S, N, H)` at their true positions.
+
+        Scales the queries by 1/sqrt(H) when `project` left it to the rotation.
+        """
         q_pos = self.rotary.resolve(query, start_index, positions)  # (..., T, C)
         k_pos = self.rotary.resolve(key, 0, key_positions)  # (..., S, C)
         length = None  # one current length for both sides keeps q.k relative
@@ -67,6 +70,8 @@ class ProjectedAttention(Projections):
         rotated = []
         for x, where, side in ((q, q_pos, "query"), (k, k_pos, "key")):
             cos, sin = self.rotary.cos_sin(where, side, length)
+            if side == "query" and self._scale_in_rotation():
+                cos, sin = cos * self.query_scale, sin * self.query_scale
             if not self.rotary.learned_frequencies:  # (..., L, r/2): one per head
                 cos, sin = cos[..., None, :], sin[..., None, :]
             rotated.append(ops.rotary.rotate(x, cos, sin, self.rotary.interleaved))

@@ -91,7 +91,9 @@ class Projections(keras.layers.Layer):
         """Heads-last query, key, value `(B, T|S, N, H)`; queries scaled by 1/sqrt(H).
 
         Heads stay where the projection puts them (as in Keras'
-        `MultiHeadAttention`): no transpose, which XLA cannot fuse away.
+        `MultiHeadAttention`): no transpose, which XLA cannot fuse away. When
+        a rotary layer rotates every feature, `rotate` scales the queries
+        (on their cos and sin, `(T, r/2)`, one product fewer per call).
         """
         q, k, v = (
             tf.reshape(dense(x), [-1, dim(x, 1), self.num_heads, size])
@@ -101,7 +103,18 @@ class Projections(keras.layers.Layer):
                 (self._value_dense, value, self.value_dim or self.key_dim),
             )
         )
-        return q * tf.cast(1.0 / math.sqrt(self.key_dim), q.dtype), k, v
+        if self._scale_in_rotation():
+            return q, k, v
+        return q * tf.cast(self.query_scale, q.dtype), k, v
+
+    @property
+    def query_scale(self):
+        """1/sqrt(H), the factor on the queries."""
+        return 1.0 / math.sqrt(self.key_dim)
+
+    def _scale_in_rotation(self):
+        rotary = self.rotary
+        return rotary is not None and rotary.rotary_width == self.key_dim
 
     def merge(self, context):
         """Heads-last context `(B, T, N, Hv)` -> the output `(B, T, output_dim)`."""

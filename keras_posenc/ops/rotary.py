@@ -13,6 +13,8 @@ import math
 import numpy as np
 import tensorflow as tf
 
+from keras_posenc.ops._rotate import rotate  # noqa: F401 (public: ops.rotary.rotate)
+
 
 def default_inverse_frequencies(rotary_dim, max_wavelength=10000.0):
     """`base^(-2i/r)` for `i < r/2`, float64 NumPy `(r/2,)`."""
@@ -221,30 +223,3 @@ def xpos_scale(rotary_dim, positions, scale_base, gamma=0.4):
     zeta = (np.arange(0, rotary_dim, 2) / rotary_dim + gamma) / (1 + gamma)
     exponent = tf.cast(positions, tf.float32)[..., None] / scale_base  # (..., T, 1)
     return tf.exp(exponent * tf.constant(np.log(zeta), tf.float32))
-
-
-def rotate(x, cos, sin, interleaved=False):
-    """Rotates the first r features of `x` `(..., r + rest)` by angle pairs.
-
-    `cos`, `sin` `(..., r/2)` broadcast against `x`'s leading axes. Rotate-half
-    (HF, keras-hub): feature `i` pairs with `i + r/2`; interleaved (RoFormer,
-    GPT-J): features `2i` and `2i + 1` pair. Features past r pass unchanged.
-    """
-    half = cos.shape[-1]
-    rotary, rest = x[..., : 2 * half], x[..., 2 * half :]
-    if interleaved:
-        first, second = rotary[..., 0::2], rotary[..., 1::2]
-    else:
-        first, second = rotary[..., :half], rotary[..., half:]
-    cos, sin = tf.cast(cos, x.dtype), tf.cast(sin, x.dtype)
-    new_first = first * cos - second * sin
-    new_second = second * cos + first * sin
-    if interleaved:
-        pairs = tf.stack([new_first, new_second], axis=-1)  # (..., r/2, 2)
-        shape = tf.concat([tf.shape(x)[:-1], [2 * half]], 0)
-        rotated = tf.reshape(pairs, shape)
-    else:
-        rotated = tf.concat([new_first, new_second], axis=-1)
-    if x.shape[-1] == 2 * half:
-        return rotated
-    return tf.concat([rotated, rest], axis=-1)
