@@ -236,3 +236,5 @@ METHODS = {
         defaults=_clipped_default,
     ),
 }
+#: Methods whose attentions can share one bias (`share_position_bias=True`).
+SHARED_BIAS_METHODS = tuple(name for name, method in METHODS.items() if method.bias)

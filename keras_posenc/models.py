@@ -7,6 +7,7 @@ Every builder returns a plain functional `keras.Model` (it saves and loads as
 
 from keras_posenc import _checks
 from keras_posenc._compat import keras
+from keras_posenc._encoder_checks import check_encoder_arguments
 from keras_posenc.causal_lm import CausalLM
 from keras_posenc.layers.combined_position_input import CombinedPositionInput
 from keras_posenc.layers.hierarchical_position_network import (
@@ -23,6 +24,7 @@ from keras_posenc.layers.sinusoidal_position_encoding import (
 )
 from keras_posenc.layers.token_embedding import TokenEmbedding
 from keras_posenc.methods import METHODS
+from keras_posenc.methods import SHARED_BIAS_METHODS as SHARED_BIAS_METHODS
 
 #: The position methods every builder accepts as `position=` (`METHODS` rows).
 POSITION_METHODS = tuple(METHODS)
@@ -50,6 +52,7 @@ def build_encoder(
     grid_shape=None,
     attention_window=None,
     position_options=None,
+    share_position_bias=False,
     name="encoder",
 ):
     """A Transformer encoder `(B, T) or (B, T, input_dim) -> (B, T, hidden_dim)`.
@@ -85,41 +88,18 @@ def build_encoder(
             method's layers, e.g. `{"num_buckets": 64, "max_distance": 256}`
             for `"t5"`; `keras_posenc.methods.METHODS[position].options`
             lists the keys each method takes. Defaults to `None`.
+        share_position_bias: bool, one bias producer evaluates the bias once
+            per forward and every attention adds it, as T5 does: one
+            parameter set and L - 1 fewer evaluations. For the methods in
+            `SHARED_BIAS_METHODS`, with dense attention. Defaults to `False`.
         name: str, the model name. Defaults to `"encoder"`.
 
     Returns:
         A functional `keras.Model`.
     """
-    _checks.choice("position", position, tuple(METHODS))
-    method = METHODS[position]
-    if (vocab_size is None) == (input_dim is None):
-        _checks.fail(
-            "vocab_size",
-            "given, or input_dim given, but not both",
-            vocab_size,
-            fix=f"Received input_dim={input_dim!r} too",
-        )
-    hidden_dim = _checks.positive_int("hidden_dim", hidden_dim)
-    num_layers = _checks.positive_int("num_layers", num_layers)
-    num_heads = _checks.positive_int("num_heads", num_heads)
-    if hidden_dim % num_heads:
-        _checks.fail("hidden_dim", f"divisible by num_heads={num_heads}", hidden_dim)
-    sequence_length = _checks.positive_int("sequence_length", sequence_length, True)
-    dropout = _checks.rate("dropout", dropout)
-    max_length = _checks.positive_int("max_length", max_length)
-    _checks.positive_int("attention_window", attention_window, allow_none=True)
-    if grid_shape is not None and not method.takes_grid:
-        grid_methods = [n for n, m in METHODS.items() if m.takes_grid]
-        _checks.fail(
-            "grid_shape", f"None unless position is in {grid_methods}", grid_shape
-        )
-    if position == "learned" and sequence_length and sequence_length > max_length:
-        _checks.fail(
-            "max_length",
-            f">= sequence_length={sequence_length} for position='learned'",
-            max_length,
-            fix="Use a relative method such as position='t5' for long sequences",
-        )
+    checked = check_encoder_arguments(**locals())  # every argument, by name
+    method, hidden_dim, num_layers, num_heads = checked[:4]
+    sequence_length, dropout, max_length = checked[4:]
     parts = method.resolve_options(position_options, max_length)
 
     if vocab_size is not None:
@@ -145,6 +125,13 @@ def build_encoder(
             name="position_network",
             **parts["generator"],
         )
+
+    def bias_layer(index):
+        return method.bias_layer(num_heads, index, grid_shape, parts)
+
+    shared = {}  # the bias evaluated once, (1, N, T, T), as a call argument
+    if share_position_bias:
+        shared["attention_bias"] = bias_layer("shared")(x)
     for index in range(num_layers):
         if hpn is not None and index >= first:
             x = hpn(x, index - first)
@@ -163,7 +150,7 @@ def build_encoder(
                 key_dim,
                 output_dim=hidden_dim,
                 dropout=dropout,
-                position_bias=method.bias_layer(num_heads, index, grid_shape, parts),
+                position_bias=None if share_position_bias else bias_layer(index),
                 rotary=method.rotary_layer(index, grid_shape, parts),
                 attention_window=attention_window,
                 name=f"attention_{index}",
@@ -175,7 +162,8 @@ def build_encoder(
                     name="combined_positions", **parts["sinusoid"]
                 )(x)
                 query = CombinedPositionInput(name="combined_input")(x, positions)
-            x = LayerNorm(name=f"attention_norm_{index}")(_add(x, attention(query)))
+            context = attention(query, **shared)
+            x = LayerNorm(name=f"attention_norm_{index}")(_add(x, context))
         x = _feed_forward(x, hidden_dim, dropout, index)
     return keras.Model(inputs, x, name=name)
 

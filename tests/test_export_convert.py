@@ -59,7 +59,15 @@ def _classifier(position, **kwargs):
     "position", models.POSITION_METHODS if IS_KERAS_3 else PRODUCER_KINDS
 )
 def test_every_method_exports_to_full_int8_and_runs_in_tflm(position):
-    model = _classifier(position)  # built with a None batch and length
+    _check_full_int8_in_tflm(_classifier(position))  # a None batch and length
+
+
+@pytest.mark.slow
+def test_a_shared_bias_exports_to_full_int8_and_runs_in_tflm():
+    _check_full_int8_in_tflm(_classifier("dynamic_bias", share_position_bias=True))
+
+
+def _check_full_int8_in_tflm(model):
     x = np.random.default_rng(0).integers(0, 10, size=(40, 12))
     model_bytes = tflite_export.convert(model, x, mode="int8")
     report = tflite_export.verify(

@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_posenc import models
+from keras_posenc import RelativeMultiHeadAttention, models
 
 keras = tf.keras
 SMALL = dict(hidden_dim=8, num_heads=2, num_layers=2, max_length=16)
@@ -86,6 +86,22 @@ def test_padding_is_masked_when_mask_zero():
             ValueError,
             "Use a relative method",
         ),
+        ({"share_position_bias": 1}, TypeError, "`share_position_bias` must be a bool"),
+        (
+            {"position": "rope", "share_position_bias": True},
+            ValueError,
+            r"`share_position_bias` must be False unless position is in .*'rope'",
+        ),
+        (
+            {"position": "hybrid", "share_position_bias": True},
+            ValueError,
+            r"`share_position_bias` must be False unless .*grid_shape=None",
+        ),
+        (
+            {"share_position_bias": True, "attention_window": 4},
+            ValueError,
+            "`share_position_bias` must be False with block-local attention",
+        ),
     ],
 )
 def test_rejects_bad_arguments(kwargs, error, match):
@@ -130,3 +146,33 @@ def test_a_loaded_compiled_model_re_saves_as_h5(position, tmp_path):
     loaded.save(tmp_path / "model.h5")
     again = tf.keras.models.load_model(tmp_path / "model.h5", compile=False)
     np.testing.assert_allclose(again(x), model(x), atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "position,grid", [("t5", None), ("dynamic_bias", None), ("hybrid", (2, 3))]
+)
+def test_a_shared_bias_is_every_layer_adding_the_same_bias(position, grid):
+    """One producer, evaluated once, equals L producers holding its weights."""
+    args = dict(vocab_size=10, position=position, grid_shape=grid, mask_zero=True)
+    args.update(SMALL, num_layers=3)
+    keras.utils.set_random_seed(4)
+    shared = models.build_token_classifier(3, share_position_bias=True, **args)
+    separate = models.build_token_classifier(3, **args)
+    producers = [layer for layer in shared.layers if "bias" in layer.name]
+    assert [layer.name for layer in producers] == [
+        ("dynamic_bias" if position != "t5" else "bias") + "_shared"
+    ]
+    bias_weights = producers[0].get_weights()
+    for layer in separate.layers:
+        if isinstance(layer, RelativeMultiHeadAttention):
+            twin = shared.get_layer(layer.name)
+            assert twin.position_bias is None
+            layer.position_bias.set_weights(bias_weights)
+            for part in ("query_dense", "key_dense", "value_dense", "output_dense"):
+                getattr(layer, part).set_weights(getattr(twin, part).get_weights())
+        elif layer.weights:
+            layer.set_weights(shared.get_layer(layer.name).get_weights())
+    per_producer = sum(w.size for w in bias_weights)
+    assert separate.count_params() - shared.count_params() == 2 * per_producer
+    x = np.array([[4, 5, 6, 0, 0, 0], [3, 1, 4, 1, 5, 9]])
+    np.testing.assert_allclose(shared(x).numpy(), separate(x).numpy(), atol=1e-5)
