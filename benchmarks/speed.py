@@ -39,8 +39,9 @@ def paired(reference, candidates, rounds, calls=3, fastest=False):
     """`{name: (seconds, ratio to reference)}`, the reference timed before each.
 
     Seconds are the median over rounds and ratios the median of the
-    per-round ratios; with `fastest`, seconds are the fastest call and the
-    ratio is fastest over the reference's fastest in the same rounds.
+    per-round ratios, with their quartiles; with `fastest`, seconds are the
+    fastest call and the ratio is fastest over the reference's fastest in the
+    same rounds.
     """
     for fn in [reference, *candidates.values()]:
         fn(), fn()  # compile and warm up
@@ -62,10 +63,14 @@ def paired(reference, candidates, rounds, calls=3, fastest=False):
         timings[REFERENCE] = (min(min(times) for times in bases.values()), 1.0)
         return timings
     timings = {
-        name: (float(np.median(own[name])), float(np.median(ratios[name])))
+        name: (
+            float(np.median(own[name])),
+            float(np.median(ratios[name])),
+            tuple(np.percentile(ratios[name], [25, 75])),
+        )
         for name in candidates
     }
-    timings[REFERENCE] = (float(np.median(sum(bases.values(), []))), 1.0)
+    timings[REFERENCE] = (float(np.median(sum(bases.values(), []))), 1.0, (1, 1))
     return timings
 
 
@@ -110,19 +115,24 @@ def attention_rows(batch, length, width, heads, rounds):
             size,
             name,
             f"{results[False][name][0] * 1e3:.1f}",
-            f"{results[False][name][1]:.2f}",
+            _ratio(*results[False][name][1:]),
             f"{results[True][name][0] * 1e3:.1f}",
-            f"{results[True][name][1]:.2f}",
+            _ratio(*results[True][name][1:]),
         )
         for name in layers
     ]
+
+
+def _ratio(median, quartiles):
+    low, high = quartiles
+    return f"{median:.2f} ({low:.2f}-{high:.2f})"
 
 
 def step_rows(batch, length, width, rounds):
     x = np.random.default_rng(0).integers(0, 20, size=(batch, length))
     y = np.zeros(batch, "int32")
 
-    def trainer(position):
+    def trainer(position, share_position_bias=False):
         model = models.build_classifier(
             2,
             vocab_size=20,
@@ -130,20 +140,22 @@ def step_rows(batch, length, width, rounds):
             num_heads=4,
             position=position,
             max_length=length,
+            share_position_bias=share_position_bias,
         )
         model.compile("adam", "sparse_categorical_crossentropy")
         return lambda: model.train_on_batch(x, y)
 
     reference = trainer("none")
     rows = []
-    for position in models.POSITION_METHODS:
+    shared = [(name, True) for name in ("t5", "dynamic_bias")]
+    for position, share in [(n, False) for n in models.POSITION_METHODS] + shared:
         if position == "none":
             continue
-        timing = paired(reference, {position: trainer(position)}, rounds, 1, True)
-        seconds, ratio = timing[position]
+        timing = paired(reference, {0: trainer(position, share)}, rounds, 1, True)
+        seconds, ratio = timing[0]
         rows.append(
             (
-                position,
+                position + (", share_position_bias=True" if share else ""),
                 f"{seconds * 1e3:.1f}",
                 f"{timing[REFERENCE][0] * 1e3:.1f}",
                 f"{ratio:.2f}",
@@ -154,7 +166,7 @@ def step_rows(batch, length, width, rounds):
 
 def run(quick):
     sizes = QUICK_ATTENTION_SIZES if quick else ATTENTION_SIZES
-    rounds = 3 if quick else 7
+    rounds = 3 if quick else 21
     rows = []
     for size in sizes:
         rows += attention_rows(*size, rounds)
@@ -173,7 +185,8 @@ def run(quick):
         rows,
         [
             f"medians over {rounds} rounds of 3 calls; in each round Keras' layer "
-            "runs right before ours and the ratio is the median of those pairs",
+            "runs right before ours and the ratio is the median of those pairs "
+            "(in brackets: their quartiles, the spread between rounds)",
             "goal: at most 1.05x Keras' layer with every bias, graph and XLA",
         ],
     )
@@ -182,7 +195,7 @@ def run(quick):
         "speed_steps",
         f"Training step per method, B={step[0]} T={step[1]} D=64, 2 layers" + smoke,
         ["position", "fastest ms / step", "'none' fastest, same rounds", "x none"],
-        step_rows(*step, 64, rounds),
+        step_rows(*step, 64, min(rounds, 7)),
         [
             f"{rounds} rounds; in each the 'none' model steps right before the "
             "method; the ratio is the method's fastest step over the fastest "
