@@ -197,7 +197,7 @@ def run(quick):
         ["position", "fastest ms / step", "'none' fastest, same rounds", "x none"],
         step_rows(*step, 64, min(rounds, 7)),
         [
-            f"{rounds} rounds; in each the 'none' model steps right before the "
+            f"{min(rounds, 7)} rounds; in each the 'none' model steps right before the "
             "method; the ratio is the method's fastest step over the fastest "
             "'none' step of the same rounds",
             "goal: every method at most 1.25x 'none' (recursive, which runs a "

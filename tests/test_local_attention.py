@@ -61,6 +61,33 @@ def test_local_equals_dense_with_the_band_mask(
     np.testing.assert_allclose(got[mask], want[mask], atol=1e-5)
 
 
+@pytest.mark.parametrize("bias_kind", ["t5", "dynamic", "grid"])
+def test_local_bias_gradients_equal_dense_with_the_band_mask(bias_kind):
+    # One bias evaluation repeated over the blocks (translation-invariant
+    # producers) or one per block (the grid): the same weight gradients.
+    dense, local = _pair(bias_kind, 4)
+    x = np.random.default_rng(3).normal(size=(2, 13, 6)).astype("float32")
+    mask = np.ones((2, 13), bool)
+    mask[1, -3:] = False
+    dense(x)
+    local(x)
+    local.set_weights(dense.get_weights())
+    band = tf.broadcast_to(band_mask(13, 4, True)[None], (2, 13, 13))
+    weights = np.random.default_rng(4).normal(size=(2, 13, 6)).astype("float32")
+    gradients = []
+    for layer, kwargs in (
+        (dense, dict(attention_mask=band)),
+        (local, dict(use_causal_mask=True)),
+    ):
+        with tf.GradientTape() as tape:
+            out = layer(x, query_mask=mask, value_mask=mask, **kwargs)
+            loss = tf.reduce_sum(tf.where(mask[..., None], out * weights, 0.0))
+        variables = layer.position_bias.trainable_weights
+        gradients.append(tape.gradient(loss, variables))
+    for want, got in zip(*gradients):
+        np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-4, atol=1e-5)
+
+
 def test_band_mask_sees_neighbour_blocks_only():
     mask = band_mask(6, 2).numpy().astype(int)
     want = [

@@ -163,13 +163,7 @@ class ProjectedAttention(Projections):
         query_pos, key_pos = ops.blocks.block_positions(length, window)
         bias = None
         if self.position_bias is not None:
-            # True positions; slots past the sequence (masked) borrow its ends.
-            last, offset = length - 1, tf.cast(start_index, query_pos.dtype)
-            q_at, k_at = (
-                tf.clip_by_value(p, 0, last) + offset for p in (query_pos, key_pos)
-            )
-            bias = self.position_bias(*inputs, positions=q_at, key_positions=k_at)
-            bias = ops.blocks.fold_bias(tf.cast(bias, tf.float32))  # (1, N*nb, W, 3W)
+            bias = self._band_bias(inputs, query_pos, key_pos, length, start_index)
         allowed = ops.blocks.band_allowed(
             query_pos, key_pos, length, self.num_heads, key_mask, query_mask, causal
         )  # (B or 1, N*nb, W, 3W)
@@ -182,3 +176,27 @@ class ProjectedAttention(Projections):
             training,
         )
         return ops.blocks.from_blocks(context, self.num_heads, length)
+
+    def _band_bias(self, inputs, query_pos, key_pos, length, start_index):
+        """The bias of every block's band `(1, N*nb, W, 3W)`, float32.
+
+        A translation-invariant producer sees the same distances `-(2W-1) ..
+        2W-1` in every band: it is evaluated once, `(1, N, W, 3W)`, and
+        repeated over the blocks (slots outside the sequence are masked).
+        Otherwise each block is evaluated at its true positions.
+        """
+        producer, window = self.position_bias, self.attention_window
+        if getattr(producer, "translation_invariant", False):
+            stubs = [tf.zeros([1, size, 1]) for size in (window, 3 * window)]
+            bias = tf.cast(producer(*stubs, start_index=window), tf.float32)
+            heads, blocks = bias.shape[1], tf.shape(query_pos)[0]
+            shape = [1, heads, blocks, window, 3 * window]
+            bias = tf.broadcast_to(bias[:, :, None], shape)  # (1, N, nb, W, 3W)
+            return tf.reshape(bias, [1, -1, window, 3 * window])
+        # True positions; slots past the sequence (masked) borrow its ends.
+        last, offset = length - 1, tf.cast(start_index, query_pos.dtype)
+        q_at, k_at = (
+            tf.clip_by_value(p, 0, last) + offset for p in (query_pos, key_pos)
+        )
+        bias = producer(*inputs, positions=q_at, key_positions=k_at)
+        return ops.blocks.fold_bias(tf.cast(bias, tf.float32))  # (1, N*nb, W, 3W)
