@@ -138,9 +138,19 @@ def test_clipped_table_mean_with_a_key_count_per_example():
     np.testing.assert_allclose(got, want, atol=1e-5)
 
 
-@pytest.mark.parametrize("length,keys", [(5, 8), (8, 5), (6, 6)])
-def test_toeplitz_and_its_gradient_match_numpy(length, keys):
+@pytest.mark.parametrize(
+    "length,keys,block",
+    [(5, 8, None), (8, 5, None), (6, 6, None)] + [(7, 5, 10), (5, 8, 16), (6, 6, 1)],
+)
+def test_toeplitz_and_its_gradient_match_numpy(length, keys, block, monkeypatch):
+    # `block`: elements per head the gradient sums at once (7 rows of 5 in
+    # blocks of 2 rows with a last of 1; 5 rows of 8 in blocks of 2; 1 row).
     import tensorflow as tf
+
+    from keras_posenc.ops import _toeplitz
+
+    if block is not None:
+        monkeypatch.setattr(_toeplitz, "TOEPLITZ_BLOCK", block)
 
     rng = np.random.default_rng(length * keys)
     row = rng.normal(size=(3, length + keys - 1)).astype("float32")

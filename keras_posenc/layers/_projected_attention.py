@@ -155,8 +155,8 @@ class ProjectedAttention(Projections):
         """Block-local context `(B, N, T, Hv)`: the band, then `compute_attention`.
 
         `inputs` are the `(query, key)` tensors the position bias reads,
-        `heads` the projected `(q, k, v)`; the bias is evaluated at each
-        block's true query and key positions, `(nb, N, W, 3W)`.
+        `heads` the projected `(q, k, v)`; the bias of every band comes from
+        `_band_bias`.
         """
         q, k, v = heads
         window, length = self.attention_window, dim(q, 2)

@@ -61,7 +61,7 @@ class RelativeMultiHeadAttention(ProjectedAttention):
         attention_window: int W for block-local self-attention: each block
             of W queries attends to its own and both neighbouring blocks (3W
             keys), so time and memory grow linearly in T and the bias is
-            evaluated on that band only, at the true positions. It equals
+            evaluated on the band (one band if it reads `j - i` only). It equals
             dense attention under `keras_posenc.ops.band_mask`. It takes Keras
             masks and causal masking, not an `attention_mask`, `attention_bias`,
             explicit positions or returned scores (no LSH attention: nothing

@@ -6,6 +6,7 @@ attention functions (`blocks`). Shape letters: see the README.
 """
 
 from keras_posenc.ops import blocks, cache, rotary
+from keras_posenc.ops._toeplitz import toeplitz
 from keras_posenc.ops.attention import (
     FLOAT_MASK_VALUE,
     MASK_PENALTY,
@@ -29,7 +30,6 @@ from keras_posenc.ops.positions import (
     relative_positions,
     sinusoid,
     t5_relative_position_bucket,
-    toeplitz,
 )
 
 __all__ = [

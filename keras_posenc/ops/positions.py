@@ -133,36 +133,6 @@ def alibi_bias(relative_position, num_heads, bidirectional=True):
     return -(left_slope[:, None, None] * before + right_slope[:, None, None] * after)
 
 
-@tf.autograph.experimental.do_not_convert
-def toeplitz(row, query_length, key_length):
-    """`(N, T, S)` with `out[n, i, j] = row[n, j - i + T - 1]`, from `(N, T + S - 1)`.
-
-    Expands a bias on the distinct distances to the query-key grid. The
-    forward gathers whole `(N,)` columns; the backward sums each diagonal of
-    the upstream gradient with a skew (rows reversed, each padded by T, so
-    that a reshape turns diagonals into columns) and one reduction, instead
-    of a gather's scatter: 2.2x faster in graph mode at T=2048, though
-    slower under XLA, whose scatter is fast
-    (`benchmarks/results/profile_attention.md`).
-    """
-
-    @tf.custom_gradient
-    def expand(row):
-        t, s = query_length, key_length
-        index = tf.range(s)[None, :] - tf.range(t)[:, None] + (t - 1)  # (T, S)
-        out = tf.transpose(tf.gather(tf.transpose(row), index), [2, 0, 1])
-
-        def grad(upstream):  # (N, T, S) -> (N, T + S - 1)
-            heads = tf.shape(upstream)[0]
-            skewed = tf.pad(tf.reverse(upstream, [1]), [[0, 0], [0, 0], [0, t]])
-            skewed = tf.reshape(skewed, [heads, -1])[:, : t * (s + t - 1)]
-            return tf.reduce_sum(tf.reshape(skewed, [heads, t, s + t - 1]), axis=1)
-
-        return out, grad
-
-    return expand(row)
-
-
 def clipped_table_mean(table, query_length, key_length, start_index=0, causal=False):
     """`mean_j table[clip(j - i, -M, M) + M]` for every query `i`, in O(T*D).
 
