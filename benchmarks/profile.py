@@ -130,8 +130,11 @@ def run(quick):
         [
             "each stage compiled alone with its gradient; medians of 7 runs",
             "compare with the whole-layer times in speed_attention.md",
-            "a bias computed once and shared by L layers would save (L - 1) times "
-            "its 'bias' row; folding the query scale into the projection would "
-            "save the 'query scale' row",
+            "share_position_bias=True (the builders) saves (L - 1) times the "
+            "'bias' row, not the 'bias add' row (every layer adds the bias and "
+            "sums its gradient over the batch)",
+            "the 'query scale' row rides on the query's cos and sin under rope; "
+            "elsewhere folding it into the query kernel would bypass Dense.call, "
+            "which TF-MOT's QAT wrappers and Keras' quantize rely on",
         ],
     )
