@@ -89,6 +89,9 @@ class Decoder:
                 name="position_network",
                 **parts["generator"],
             )
+        self.shared_bias = None  # one producer for every attention, or None
+        if config["share_position_bias"]:
+            self.shared_bias = method.bias_layer(heads, "shared", None, parts)
         self.blocks, self.norms, self.ffn = [], [], []
         for index in range(layers):
             if method.recursive:
@@ -116,7 +119,9 @@ class Decoder:
                         width // heads,
                         output_dim=width,
                         dropout=dropout,
-                        position_bias=method.bias_layer(heads, index, None, parts),
+                        position_bias=None
+                        if self.shared_bias is not None
+                        else method.bias_layer(heads, index, None, parts),
                         rotary=method.rotary_layer(index, None, parts),
                         attention_window=window,
                         name=f"attention_{index}",
@@ -178,6 +183,14 @@ class Decoder:
 
         return ops.cache.position_rows(at, index, tf.shape(x)[1], max_length)
 
+    def bias_once(self, x, cache, index):
+        """The shared producer's bias for tokens `x` (decoding: at `index ...`)."""
+        if cache is None:
+            return self.shared_bias(x)  # (1, N, T, T)
+        max_length = next(c.shape[2] for c in cache if c.shape.rank == 5)
+        keys = tf.zeros((1, max_length, 1), x.dtype)  # only its length is read
+        return ops.cache.cached_bias(self.shared_bias, x, keys, index)
+
     def forward(self, tokens, cache=None, index=0, training=None):
         """Logits `(B, T, V)`; with `cache` (a list), also the updated list.
 
@@ -192,6 +205,9 @@ class Decoder:
         if self.absolute is not None:
             x = x + self.positions(x, self.encode_input, cache, index)
         x = self.embedding_norm(x)
+        shared = {}  # the shared bias, evaluated once: (1, N, T, T or S_max)
+        if self.shared_bias is not None:
+            shared["attention_bias"] = self.bias_once(x, cache, index)
         for i, block in enumerate(self.blocks):
             if self.hpn is not None and i >= self.first:
                 if decoding and self.conv_state(i):
@@ -215,11 +231,13 @@ class Decoder:
                     query = self.combine(x, self.positions(x, encode, cache, index))
                 if decoding:
                     attended, state = block(
-                        query, cache=next(slots), cache_update_index=index
+                        query, cache=next(slots), cache_update_index=index, **shared
                     )
                     updated.append(state)
                 else:
-                    attended = block(query, use_causal_mask=True, training=training)
+                    attended = block(
+                        query, use_causal_mask=True, training=training, **shared
+                    )
                 x = self.norms[i](x + attended)
             hidden, output, dropout, norm = self.ffn[i]
             x = norm(x + dropout(output(hidden(x)), training=training))

@@ -50,26 +50,9 @@ def check_encoder_arguments(
             max_length,
             fix="Use a relative method such as position='t5' for long sequences",
         )
-    if _checks.boolean("share_position_bias", share_position_bias):
-        if position not in SHARED_BIAS_METHODS or (
-            method.bias_needs_grid and not grid_shape
-        ):
-            _checks.fail(
-                "share_position_bias",
-                f"False unless position is in {SHARED_BIAS_METHODS} (with a "
-                "grid_shape for those that read a grid)",
-                share_position_bias,
-                fix=f"position={position!r} (grid_shape={grid_shape!r}) has no bias "
-                "producer to share",
-            )
-        if attention_window is not None:
-            _checks.fail(
-                "share_position_bias",
-                "False with block-local attention (each block evaluates its own "
-                "band of the bias)",
-                share_position_bias,
-                fix=f"Received attention_window={attention_window!r}",
-            )
+    check_share_position_bias(
+        share_position_bias, position, method, grid_shape, attention_window
+    )
     return (
         method,
         hidden_dim,
@@ -79,3 +62,28 @@ def check_encoder_arguments(
         dropout,
         max_length,
     )
+
+
+def check_share_position_bias(value, position, method, grid_shape, attention_window):
+    """Refuses `share_position_bias=True` where there is no one bias to share."""
+    if not _checks.boolean("share_position_bias", value):
+        return
+    if position not in SHARED_BIAS_METHODS or (
+        method.bias_needs_grid and not grid_shape
+    ):
+        _checks.fail(
+            "share_position_bias",
+            f"False unless position is in {SHARED_BIAS_METHODS} (with a "
+            "grid_shape for those that read a grid)",
+            value,
+            fix=f"position={position!r} (grid_shape={grid_shape!r}) has no bias "
+            "producer to share",
+        )
+    if attention_window is not None:
+        _checks.fail(
+            "share_position_bias",
+            "False with block-local attention (each block evaluates its own "
+            "band of the bias)",
+            value,
+            fix=f"Received attention_window={attention_window!r}",
+        )

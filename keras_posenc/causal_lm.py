@@ -6,6 +6,7 @@ from keras_posenc import _checks, generation
 from keras_posenc import _keras_steps as _steps
 from keras_posenc._compat import keras, register
 from keras_posenc._decoder import Decoder
+from keras_posenc._encoder_checks import check_share_position_bias
 from keras_posenc.methods import METHODS
 
 
@@ -44,6 +45,9 @@ class CausalLM(keras.Model):
         position_options: dict, options of the method's layers, as in
             `build_encoder`; options that would look ahead (a bias with
             `bidirectional=True`) are refused. Defaults to `None`.
+        share_position_bias: bool, one bias producer for every attention,
+            evaluated once per forward (and once per decoding step), as in
+            `build_encoder`. Defaults to `False`.
         name: str, the model name. Defaults to `"causal_lm"`.
 
     Example:
@@ -68,6 +72,7 @@ class CausalLM(keras.Model):
         max_length=512,
         attention_window=None,
         position_options=None,
+        share_position_bias=False,
         name="causal_lm",
         **kwargs,
     ):
@@ -87,7 +92,11 @@ class CausalLM(keras.Model):
                 "attention_window", attention_window, True
             ),
             "position_options": position_options,
+            "share_position_bias": share_position_bias,
         }
+        check_share_position_bias(
+            share_position_bias, position, METHODS[position], None, attention_window
+        )
         if config["hidden_dim"] % config["num_heads"]:
             _checks.fail(
                 "hidden_dim", f"divisible by num_heads={num_heads}", hidden_dim

@@ -63,6 +63,34 @@ def test_each_method_is_causal_caches_exactly_and_generates_alike(position):
         assert (row[len(prompt) + 7 :] == 0).all()  # padding after the new tokens
 
 
+@pytest.mark.parametrize("position", ["t5", "dynamic_bias"])
+def test_a_shared_bias_is_every_layer_adding_it_and_caches_exactly(position, tmp_path):
+    shared = small(position, share_position_bias=True)
+    separate = small(position)
+    producers = [layer for layer in shared.layers if "bias" in layer.name]
+    assert len(producers) == 1
+    for layer in separate.layers:
+        if layer.name.startswith("attention_") and hasattr(layer, "position_bias"):
+            twin = shared.get_layer(layer.name)
+            assert twin.position_bias is None
+            layer.position_bias.set_weights(producers[0].get_weights())
+            for part in ("query_dense", "key_dense", "value_dense", "output_dense"):
+                getattr(layer, part).set_weights(getattr(twin, part).get_weights())
+        elif layer.weights:
+            layer.set_weights(shared.get_layer(layer.name).get_weights())
+    x = tokens()[:, :10]
+    np.testing.assert_allclose(shared(x), separate(x), atol=1e-5)
+    # Decoding evaluates the shared bias once per step, at the cache's positions.
+    np.testing.assert_allclose(cached_logits(shared, x, 4), shared(x), atol=2e-5)
+    prompts = [[3, 1, 4, 1, 5], [9, 2]]
+    np.testing.assert_array_equal(
+        shared.generate(prompts, 6), shared.generate(prompts, 6, use_cache=False)
+    )
+    shared.save(tmp_path / "lm.keras")
+    loaded = keras.models.load_model(tmp_path / "lm.keras")
+    np.testing.assert_allclose(loaded(x), shared(x), atol=1e-6)
+
+
 #: Block-local variants: one method per kind of position producer.
 WINDOWED = ("learned", "t5", "dynamic_bias", "hybrid", "recursive", "rope", "gated")
 
@@ -222,6 +250,11 @@ def test_a_bidirectional_bias_is_refused(position):
         ),
         ({"attention_window": 0}, "attention_window"),
         ({"position_options": {"nope": 1}}, "position_options"),
+        ({"position": "rope", "share_position_bias": True}, "share_position_bias"),
+        (
+            {"position": "t5", "share_position_bias": True, "attention_window": 4},
+            "share_position_bias` must be False with block-local",
+        ),
     ],
 )
 def test_bad_model_arguments_are_refused(kwargs, match):

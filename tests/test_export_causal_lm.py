@@ -59,6 +59,14 @@ def test_float32_litert_generation_equals_keras_greedy_tokens(position):
     )
 
 
+def test_a_shared_bias_lm_generates_in_litert_as_in_keras():
+    model = lm("t5", max_length=32, share_position_bias=True)
+    model_bytes = convert_causal_lm(model, calibration(), mode="float32", max_length=16)
+    np.testing.assert_array_equal(
+        generate_tflite(model_bytes, PROMPTS, 9), model.generate(PROMPTS, 9)
+    )
+
+
 @pytest.mark.parametrize("position", ["rope", "hybrid", "recursive"])
 def test_int8_tflm_decoding_agrees_with_int8_litert(position):
     pytest.importorskip("tflite_micro", reason="needs tflite-micro (TFLM)")

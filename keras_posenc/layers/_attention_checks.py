@@ -85,7 +85,7 @@ def check_cache(query, cache, cache_update_index, heads, **call_arguments):
             "`value` and `key` must be None with `cache`: cached decoding is "
             "self-attention of the new tokens. Received: a value or key tensor"
         )
-    for name in ("positions", "key_positions", "attention_bias"):
+    for name in ("positions", "key_positions"):
         if call_arguments[name] is not None:
             raise ValueError(
                 f"`{name}` must be None with `cache` (positions are "

@@ -125,7 +125,7 @@ class ProjectedAttention(Projections):
         mask = None if mask is None else mask[:, None]  # (B, 1, T, S)
         return self.heads_attention(*heads, bias, mask, training)
 
-    def decode(self, query, cache, index, attention_mask=None, training=None):
+    def decode(self, query, cache, index, attention_mask=None, attention_bias=None):
         """Cached self-attention of new tokens `(B, T, D)` at `index`.
 
         Keys and values of the new tokens go into `cache` (rotated at their
@@ -142,11 +142,14 @@ class ProjectedAttention(Projections):
         bias = None
         if self.position_bias is not None:
             bias = ops.cache.cached_bias(self.position_bias, query, keys, index)
+        if attention_bias is not None:  # (B or 1, N, T, S_max)
+            extra = tf.cast(attention_bias, tf.float32)
+            bias = extra if bias is None else bias + extra
         mask = ops.cache.cache_mask(index, length, max_length, self.attention_window)
         mask = mask[None, None]  # (1, 1, T, S_max)
         if attention_mask is not None:
             mask = tf.logical_and(mask, tf.cast(attention_mask, bool)[:, None])
-        context, _ = self.heads_attention(q, keys, values, bias, mask, training)
+        context, _ = self.heads_attention(q, keys, values, bias, mask)
         return self.merge(context), cache
 
     def local_context(

@@ -77,7 +77,7 @@ class RelativeMultiHeadAttention(ProjectedAttention):
         attention_mask: optional boolean `(B, T, S)`; True where attention is
             allowed.
         attention_bias: optional precomputed bias broadcastable to
-            `(B, N, T, S)`, added to the logits.
+            `(B, N, T, S)` (`(B, N, T, S_max)` with `cache`), added to the logits.
         use_causal_mask: bool, mask keys `j > i`. Defaults to `False`.
         return_attention_scores: bool, also return the `(B, N, T, S)`
             attention weights. Defaults to `False`.
@@ -181,8 +181,7 @@ class RelativeMultiHeadAttention(ProjectedAttention):
         cache=None,
         cache_update_index=None,
     ):
-        # Self-attention when `value` is omitted (Keras 2 converts only query).
-        self_attention = value is None and key is None
+        self_attention = value is None and key is None  # Keras 2 converts query only
         value = query if value is None else tf.convert_to_tensor(value)
         key = value if key is None else tf.convert_to_tensor(key)
         check_call(
@@ -206,7 +205,8 @@ class RelativeMultiHeadAttention(ProjectedAttention):
         pairs = ((query, query_mask), (value, value_mask), (key, key_mask))
         masks = [incoming_mask(tensor, mask) for tensor, mask in pairs]
         if cache is not None:  # decoding: self-attention over the cache
-            return self.decode(query, cache, cache_update_index, attention_mask)
+            extra = dict(attention_mask=attention_mask, attention_bias=attention_bias)
+            return self.decode(query, cache, cache_update_index, **extra)
         q, k, v = self.project(query, key, value)  # (B, T|S, N, H)
         if self.rotary is not None:
             q, k = self.rotate(q, k, query, key, **where)
