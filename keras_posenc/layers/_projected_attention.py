@@ -116,9 +116,7 @@ class ProjectedAttention(Projections):
         bias = None
         if self.position_bias is not None:
             bias = tf.cast(self.position_bias(query, key, **where), tf.float32)
-        if attention_bias is not None:
-            extra = tf.cast(attention_bias, tf.float32)
-            bias = extra if bias is None else bias + extra  # (B or 1, N, T, S)
+        bias = _plus(bias, attention_bias)  # (B or 1, N, T, S)
         mask = ops.combine_masks(
             dim(query, 1), dim(key, 1), *masks, attention_mask, causal
         )  # (B, T, S)
@@ -142,9 +140,7 @@ class ProjectedAttention(Projections):
         bias = None
         if self.position_bias is not None:
             bias = ops.cache.cached_bias(self.position_bias, query, keys, index)
-        if attention_bias is not None:  # (B or 1, N, T, S_max)
-            extra = tf.cast(attention_bias, tf.float32)
-            bias = extra if bias is None else bias + extra
+        bias = _plus(bias, attention_bias)  # (B or 1, N, T, S_max)
         mask = ops.cache.cache_mask(index, length, max_length, self.attention_window)
         mask = mask[None, None]  # (1, 1, T, S_max)
         if attention_mask is not None:
@@ -203,3 +199,11 @@ class ProjectedAttention(Projections):
         )
         bias = producer(*inputs, positions=q_at, key_positions=k_at)
         return ops.blocks.fold_bias(tf.cast(bias, tf.float32))  # (1, N*nb, W, 3W)
+
+
+def _plus(bias, attention_bias):
+    """The float32 sum of two optional biases (None when both are None)."""
+    if attention_bias is None:
+        return bias
+    extra = tf.cast(attention_bias, tf.float32)
+    return extra if bias is None else bias + extra
