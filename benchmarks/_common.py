@@ -28,14 +28,19 @@ def machine():
 
 
 def fwd_bwd(layer, x, xla=False):
-    """A compiled forward+backward step of `layer(x, x)` (graph, or XLA)."""
+    """A compiled forward+backward step of `layer(x, x)` (graph, or XLA).
+
+    The step returns the loss with the gradients, so no part of the forward
+    pass is pruned as unused by the backward (a linear layer's gradient does
+    not read its own output).
+    """
     import tensorflow as tf
 
     @tf.function(jit_compile=xla)
     def step():
         with tf.GradientTape() as tape:
             loss = tf.reduce_sum(layer(x, x))
-        return tape.gradient(loss, layer.trainable_variables)
+        return loss, tape.gradient(loss, layer.trainable_variables)
 
     return step
 

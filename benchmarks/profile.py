@@ -1,32 +1,73 @@
-"""Where attention time goes: each stage timed alone, ours and Keras', fwd+bwd.
+"""Where attention time goes: each stage timed alone, ours and Keras'.
 
-The stages of one attention call, each compiled alone (graph mode and XLA)
-with its gradient: the four projections, the logits `Q K^T`, the position
-bias (ours only: T5, dynamic), the softmax and the value product. Stage sums
-do not equal the whole call (fusion, dispatch), but they show which stage a
+The stages of one attention call, each compiled alone (graph mode and XLA),
+forward and forward+backward: the four projections, the logits `Q K^T`, the
+position bias (ours only: T5, dynamic), the bias add, the softmax and the
+value product, next to whole layers (Keras', ours without a bias, with T5
+and with the dynamic bias) timed in the same rounds. Stage sums do not
+equal the whole call (fusion, dispatch), but they show which stage a
 speed-up has to come from.
 """
 
+import time
+
+import numpy as np
 import tensorflow as tf
 
-from benchmarks._common import median_seconds, write
+from benchmarks._common import write
+from benchmarks.speed import attention_layers
 from keras_posenc import DynamicPositionBias, RelativePositionBias, ops
 
 keras = tf.keras
+#: Rounds (every stage timed once per round, against drift) and calls per
+#: timing; the table shows the median over rounds.
+ROUNDS, LARGE_ROUNDS, CALLS = 15, 7, 5
 
 
-def _timed(fn, variables, xla):
-    # A random upstream gradient, as in a real backward pass: with the ones
-    # of a plain sum, a gradient that does not read the forward folds away.
+def _steps(fn, variables, xla):
+    """`(forward, forward+backward)` compiled steps of `fn`.
+
+    A random upstream gradient, as in a real backward pass (with the ones
+    of a plain sum, a gradient that does not read the forward folds away);
+    the step returns the loss with the gradients, so the forward is never
+    pruned as unused by the backward (a matmul's or a gather's gradient does
+    not read its own output).
+    """
     upstream = tf.random.stateless_normal(tf.shape(fn()), seed=(0, 1))
+
+    @tf.function(jit_compile=xla)
+    def forward():
+        return tf.reduce_sum(fn() * upstream)
 
     @tf.function(jit_compile=xla)
     def step():
         with tf.GradientTape() as tape:
             loss = tf.reduce_sum(fn() * upstream)
-        return tape.gradient(loss, variables)
+        return loss, tape.gradient(loss, variables)
 
-    return median_seconds(step, repeats=7)
+    return forward, step
+
+
+def _round_robin(steps, rounds, calls):
+    """`{key: median seconds per call}`, every step timed once per round."""
+    for step in steps.values():
+        step(), step()  # compile and warm up
+    times = {key: [] for key in steps}
+    for _ in range(rounds):
+        for key, step in steps.items():
+            start = time.perf_counter()
+            for _ in range(calls):
+                step()
+            times[key].append((time.perf_counter() - start) / calls)
+    return {key: float(np.median(seconds)) for key, seconds in times.items()}
+
+
+def _core(query, key, bias):
+    """`softmax(Q K^T [+ bias]) V` on `(B, T, N, H)`, the value being the key."""
+    logits = tf.einsum("btnh,bsnh->bnts", query, key)
+    if bias is not None:
+        logits = logits + bias
+    return tf.einsum("bnts,bsnh->btnh", tf.nn.softmax(logits), key)
 
 
 def stages(batch, length, width, heads):
@@ -55,7 +96,20 @@ def stages(batch, length, width, heads):
     long_index = tf.range(2048)[None, :] - tf.range(2048)[:, None] + 2047
     heads_q = tf.Variable(tf.random.normal((batch, length, heads, size)))
     heads_k = tf.Variable(tf.random.normal((batch, length, heads, size)))
+    wholes = {"Keras MultiHeadAttention": keras.layers.MultiHeadAttention(heads, size)}
+    for name, layer in attention_layers(heads, size).items():
+        if name in ("none", "t5", "dynamic_bias"):
+            wholes[f"RelativeMultiHeadAttention, {name}"] = layer
+    for layer in wholes.values():
+        layer(x, x)  # builds
     return {
+        **{
+            f"whole layer: {name}": (
+                lambda layer=layer: layer(x, x),
+                layer.trainable_variables,
+            )
+            for name, layer in wholes.items()
+        },
         "projections (Dense, ours)": (
             lambda: sum(tf.reduce_sum(layer(x)) for layer in dense),
             [w for layer in dense for w in layer.trainable_variables],
@@ -102,6 +156,14 @@ def stages(batch, length, width, heads):
             [long_row],
         ),
         "bias add (B, N, T, S) + (1, N, T, S)": (lambda: logits + bias, [logits, bias]),
+        "core softmax(Q K^T) V, no bias": (
+            lambda: _core(heads_q, heads_k, None),
+            [heads_q, heads_k],
+        ),
+        "core softmax(Q K^T + B) V, B a (1, N, T, S) variable": (
+            lambda: _core(heads_q, heads_k, bias),
+            [heads_q, heads_k, bias],
+        ),
         "query scale 1/sqrt(H) on (B, T, N, H)": (lambda: heads_q * 0.25, [heads_q]),
         "softmax (float32)": (lambda: tf.nn.softmax(logits), [logits]),
         "value product: einsum on (B, S, N, H) (ours)": (
@@ -116,25 +178,56 @@ def stages(batch, length, width, heads):
 
 
 def run(quick):
-    batch, length, width, heads = (2, 128, 64, 4) if quick else (4, 256, 128, 8)
+    sizes = ((2, 128, 64, 4),) if quick else ((4, 256, 128, 8), (8, 512, 256, 8))
     rows = []
-    for name, (fn, variables) in stages(batch, length, width, heads).items():
-        graph, xla = _timed(fn, variables, False), _timed(fn, variables, True)
-        rows.append((name, f"{graph * 1e3:.2f}", f"{xla * 1e3:.2f}"))
+    for index, (batch, length, width, heads) in enumerate(sizes):
+        size = f"B={batch} T={length} D={width} N={heads}"
+        steps = {}
+        for name, (fn, variables) in stages(batch, length, width, heads).items():
+            if index and name.startswith("Toeplitz at"):
+                continue  # the same long row at every size
+            for xla in (False, True):
+                forward, step = _steps(fn, variables, xla)
+                steps[name, xla, "fwd"], steps[name, xla, "fwd+bwd"] = forward, step
+        rounds = 3 if quick else (LARGE_ROUNDS if index else ROUNDS)
+        seconds = _round_robin(steps, rounds, CALLS)
+        rows += [
+            (
+                size,
+                name,
+                *(
+                    f"{seconds[name, xla, part] * 1e3:.2f}"
+                    for xla in (False, True)
+                    for part in ("fwd", "fwd+bwd")
+                ),
+            )
+            for name in dict.fromkeys(key[0] for key in steps)
+        ]
     write(
         "profile_attention",
-        f"Attention stages alone, forward+backward, B={batch} T={length} D={width} "
-        f"N={heads}" + ("; --quick: a smoke run" if quick else ""),
-        ["stage", "graph ms", "XLA ms"],
+        "Attention stages alone, forward and forward+backward"
+        + ("; --quick: a smoke run" if quick else ""),
+        ["size", "stage", "graph fwd ms", "graph fwd+bwd ms"]
+        + ["XLA fwd ms", "XLA fwd+bwd ms"],
         rows,
         [
-            "each stage compiled alone with its gradient; medians of 7 runs",
-            "compare with the whole-layer times in speed_attention.md",
+            "each stage compiled alone, with its gradient in the fwd+bwd "
+            f"columns; each cell the median over {ROUNDS} rounds ({LARGE_ROUNDS} "
+            f"at the larger size) of the mean of {CALLS} calls, every stage timed "
+            "once per round; the step returns its loss, so no forward work is "
+            "pruned",
+            "the 'whole layer' rows run in the same rounds; a stage alone also "
+            "pays for multiplying its output by the upstream gradient and "
+            "summing, so it overstates its share of a layer (ratios to Keras' "
+            "layer, paired per round: speed_attention.md)",
             "share_position_bias=True (the builders) saves (L - 1) times the "
             "'bias' row, not the 'bias add' row (every layer adds the bias and "
             "sums its gradient over the batch)",
             "the 'query scale' row rides on the query's cos and sin under rope; "
             "elsewhere folding it into the query kernel would bypass Dense.call, "
             "which TF-MOT's QAT wrappers and Keras' quantize rely on",
+            "the two 'core' rows differ by what any trainable bias costs even "
+            "when producing it is free: its add and the batch sum of its "
+            "gradient, passes over (B, N, T, S)",
         ],
     )

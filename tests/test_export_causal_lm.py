@@ -67,7 +67,14 @@ def test_a_shared_bias_lm_generates_in_litert_as_in_keras():
     )
 
 
-@pytest.mark.parametrize("position", ["rope", "hybrid", "recursive"])
+def operator_names(model_bytes):
+    from ai_edge_litert.interpreter import Interpreter
+
+    interpreter = Interpreter(model_content=model_bytes)
+    return {op["op_name"] for op in interpreter._get_ops_details()}
+
+
+@pytest.mark.parametrize("position", ["rope", "xpos", "hybrid", "recursive"])
 def test_int8_tflm_decoding_agrees_with_int8_litert(position):
     pytest.importorskip("tflite_micro", reason="needs tflite-micro (TFLM)")
     model = lm(position)
@@ -77,6 +84,8 @@ def test_int8_tflm_decoding_agrees_with_int8_litert(position):
     for name, detail in details["decode"].items():
         want = np.int32 if name in ("token", "index") else np.int8
         assert detail["dtype"] == want, name
+    # Rotary cosines, sines and xPos scales are rows of constant tables.
+    assert not operator_names(model_bytes) & {"SIN", "COS", "EXP"}
     litert = generate_tflite(model_bytes, PROMPTS, 8, runtime="litert")
     tflm = generate_tflite(model_bytes, PROMPTS, 8, runtime="tflm")
     np.testing.assert_array_equal(tflm, litert)
@@ -151,6 +160,10 @@ def test_bad_generation_arguments_are_refused(small_bytes, kwargs, match):
         generate_tflite(small_bytes, **arguments)
 
 
-def test_xpos_is_refused_for_microcontrollers_before_converting():
-    with pytest.raises(ExportError, match="EXP"):
-        convert_causal_lm(lm("xpos"), calibration(), target="tflm")
+def test_length_dependent_xpos_is_refused_for_microcontrollers_before_converting():
+    options = dict(
+        rope_type="dynamic", scaling_factor=2.0, original_max_position_embeddings=8
+    )
+    model = lm("xpos", position_options=options)
+    with pytest.raises(ExportError, match="xPos with rope_type='dynamic'.*EXP"):
+        convert_causal_lm(model, calibration(), target="tflm")

@@ -20,6 +20,7 @@ from tensorflow.python.framework.convert_to_constants import (
 import keras_posenc
 from keras_posenc.causal_lm import CausalLM
 from keras_posenc.ops.cache import static_decoding
+from keras_posenc.ops.rotary import ROPE_TYPES
 from keras_posenc.utils import nested_layers
 from tflite_export.convert import ExportError
 
@@ -44,12 +45,14 @@ def convert_causal_lm(
     the end; outputs `logits` `(1, max_length, V)` and the caches (slots past
     the prompt are overwritten by later decode steps before anything reads
     them). In `"int8"` mode kernels, activations, caches and logits are int8
-    (token ids and the index stay int32); the sines and cosines of rotary
-    positions stay float islands evaluated at the runtime index;
-    biases and absolute encodings are constants of all `max_length`
-    positions whose rows the step gathers. Every method converts for both
-    targets except xPos for TFLM (its scale is an exponential of the runtime
-    position, and TFLM has no int8 EXP): refused before converting.
+    (token ids and the index stay int32); biases, absolute encodings and
+    the rotary cosines and sines (with xPos' scales) are constants of all
+    `max_length` positions whose rows the step gathers, so no SIN, COS or
+    EXP runs on the device. Rotary types whose frequencies depend on the
+    current length (`"dynamic"`) keep their sines and cosines as float
+    islands evaluated at the runtime index (TFLM runs them); with xPos such
+    a type is refused for TFLM before converting (its scale would be a
+    runtime EXP, which TFLM has only in float).
 
     Args:
         model: a `CausalLM` (`keras_posenc.models.build_causal_lm`).
@@ -91,11 +94,14 @@ def convert_causal_lm(
         )
     if target == "tflm":
         for layer in nested_layers(model):
-            if getattr(layer, "xpos_scale_base", None) is not None:
+            if getattr(layer, "xpos_scale_base", None) is not None and (
+                ROPE_TYPES[layer.rope_type].length_dependent
+            ):
                 raise ExportError(
-                    f"{layer.name}: xPos scales keys by an exponential of the runtime "
-                    "position, and TFLM's EXP kernel is float-only (an int8 EXP "
-                    "fails to prepare); export xPos with target='litert'"
+                    f"{layer.name}: xPos with rope_type={layer.rope_type!r} scales "
+                    "keys by an exponential of the runtime position and length, "
+                    "and TFLM's EXP kernel is float-only (an int8 EXP fails to "
+                    "prepare); export it with target='litert'"
                 )
     ids = check_calibration_ids(model, calibration_ids)
     keys = ["decode"] if target == "tflm" else ["prefill", "decode"]

@@ -56,20 +56,41 @@ class ProjectedAttention(Projections):
         return tf.cast(tf.nn.softmax(logits, axis=-1), self.compute_dtype)
 
     def rotate(
-        self, q, k, query, key, start_index=0, positions=None, key_positions=None
+        self,
+        q,
+        k,
+        query,
+        key,
+        start_index=0,
+        positions=None,
+        key_positions=None,
+        max_length=None,
     ):
         """`rotary` applied to heads-last `(B, T|S, N, H)` at their true positions.
 
         Scales the queries by 1/sqrt(H) when `project` left it to the rotation.
+        `max_length` is the cache length S_max of a decoding step: inside
+        `ops.cache.static_decoding()`, the cos and sin of every cached
+        position then fold into a constant and the step gathers the rows of
+        its runtime positions (no SIN, COS or EXP on the device), unless the
+        rotation depends on the current length or on N-D coordinates.
         """
         q_pos = self.rotary.resolve(query, start_index, positions)  # (..., T, C)
         k_pos = self.rotary.resolve(key, 0, key_positions)  # (..., S, C)
         length = None  # one current length for both sides keeps q.k relative
-        if ops.rotary.ROPE_TYPES[self.rotary.rope_type].length_dependent:
+        dependent = ops.rotary.ROPE_TYPES[self.rotary.rope_type].length_dependent
+        if dependent:
             length = tf.maximum(tf.reduce_max(q_pos), tf.reduce_max(k_pos)) + 1.0
+        plain = not (dependent or self.rotary.grid_shape) and q_pos.shape.rank == 2
+        tabulate = max_length is not None and ops.cache.is_static() and plain
         rotated = []
         for x, where, side in ((q, q_pos, "query"), (k, k_pos, "key")):
-            cos, sin = self.rotary.cos_sin(where, side, length)
+            if tabulate:  # (T, 1) positions: rows of a constant table
+                every = ops.position_range(max_length)[:, None]  # (S_max, 1)
+                table = self.rotary.cos_sin(every, side)
+                cos, sin = (tf.gather(t, tf.cast(where[:, 0], tf.int32)) for t in table)
+            else:
+                cos, sin = self.rotary.cos_sin(where, side, length)
             if side == "query" and self._scale_in_rotation():
                 cos, sin = cos * self.query_scale, sin * self.query_scale
             if not self.rotary.learned_frequencies:  # (..., L, r/2): one per head
@@ -135,7 +156,15 @@ class ProjectedAttention(Projections):
         q, k, v = self.project(query, query, query)  # (B, T, N, H)
         if self.rotary is not None:
             where = ops.position_range(length, index)  # (T,)
-            q, k = self.rotate(q, k, query, query, positions=where, key_positions=where)
+            q, k = self.rotate(
+                q,
+                k,
+                query,
+                query,
+                positions=where,
+                key_positions=where,
+                max_length=max_length,
+            )
         keys, values, cache = ops.cache.update_cache(cache, k, v, index)
         bias = None
         if self.position_bias is not None:

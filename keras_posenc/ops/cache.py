@@ -16,18 +16,25 @@ _STATIC = contextvars.ContextVar("keras_posenc_static_decoding", default=False)
 
 @contextlib.contextmanager
 def static_decoding():
-    """Decoding steps traced inside read biases from a constant position grid.
+    """Decoding steps traced inside read positions from constant tables.
 
     For exports with a static cache length: the bias of every (query, key)
-    pair of `0 .. S_max - 1` folds into a constant and the step gathers the
-    rows of its runtime positions, so no logarithm, bucketing or selection
-    runs on the device (microcontrollers lack several of those ops at int8).
+    pair of `0 .. S_max - 1`, the absolute encodings and the rotary cos and
+    sin of every position fold into constants and the step gathers the rows
+    of its runtime positions, so no logarithm, bucketing, selection, sine or
+    exponential runs on the device (microcontrollers lack several of those
+    ops at int8).
     """
     token = _STATIC.set(True)
     try:
         yield
     finally:
         _STATIC.reset(token)
+
+
+def is_static():
+    """Whether the caller is traced inside `static_decoding()`."""
+    return _STATIC.get()
 
 
 def position_rows(encode, index, length, max_length):
