@@ -109,6 +109,25 @@ def test_every_rope_type_matches_the_numpy_oracle(rope_type, kwargs, length):
     np.testing.assert_allclose(layer(x).numpy(), want, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("rope_type,kwargs,length", CASES)
+def test_position_only_means_the_frequencies_ignore_the_length(
+    rope_type, kwargs, length
+):
+    params = dict(LONG) if rope_type == "longrope" else {}
+    layer = RotaryEmbedding(rope_type=rope_type, rope_parameters=params, **kwargs)
+    scale = kwargs.get("scaling_factor", 1.0)
+    start = kwargs.get("original_max_position_embeddings")
+    (short, a), (long, b) = (
+        oracle_frequencies(rope_type, H, scale, start, n, **params) for n in (2, 200)
+    )
+    assert layer.position_only == (np.allclose(short, long) and a == b)
+
+
+def test_coordinates_are_not_position_only():
+    assert not RotaryEmbedding(coordinate_dim=2).position_only
+    assert not RotaryEmbedding(coordinate_dim=2, grid_shape=(4, 4)).position_only
+
+
 def test_layer_checks(tmp_path):
     x = np.random.normal(size=(2, 5, 3, H)).astype("float32")
     check_layer(

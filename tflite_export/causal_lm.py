@@ -20,7 +20,6 @@ from tensorflow.python.framework.convert_to_constants import (
 import keras_posenc
 from keras_posenc.causal_lm import CausalLM
 from keras_posenc.ops.cache import static_decoding
-from keras_posenc.ops.rotary import ROPE_TYPES
 from keras_posenc.utils import nested_layers
 from tflite_export.convert import ExportError
 
@@ -94,9 +93,8 @@ def convert_causal_lm(
         )
     if target == "tflm":
         for layer in nested_layers(model):
-            if getattr(layer, "xpos_scale_base", None) is not None and (
-                ROPE_TYPES[layer.rope_type].length_dependent
-            ):
+            xpos = getattr(layer, "xpos_scale_base", None) is not None
+            if xpos and not layer.position_only:
                 raise ExportError(
                     f"{layer.name}: xPos with rope_type={layer.rope_type!r} scales "
                     "keys by an exponential of the runtime position and length, "

@@ -72,17 +72,16 @@ class ProjectedAttention(Projections):
         `max_length` is the cache length S_max of a decoding step: inside
         `ops.cache.static_decoding()`, the cos and sin of every cached
         position then fold into a constant and the step gathers the rows of
-        its runtime positions (no SIN, COS or EXP on the device), unless the
-        rotation depends on the current length or on N-D coordinates.
+        its runtime positions (no SIN, COS or EXP on the device) when the
+        rotary layer is `position_only`.
         """
         q_pos = self.rotary.resolve(query, start_index, positions)  # (..., T, C)
         k_pos = self.rotary.resolve(key, 0, key_positions)  # (..., S, C)
         length = None  # one current length for both sides keeps q.k relative
-        dependent = ops.rotary.ROPE_TYPES[self.rotary.rope_type].length_dependent
-        if dependent:
+        if ops.rotary.ROPE_TYPES[self.rotary.rope_type].length_dependent:
             length = tf.maximum(tf.reduce_max(q_pos), tf.reduce_max(k_pos)) + 1.0
-        plain = not (dependent or self.rotary.grid_shape) and q_pos.shape.rank == 2
-        tabulate = max_length is not None and ops.cache.is_static() and plain
+        tabulate = max_length is not None and ops.cache.is_static()
+        tabulate = tabulate and self.rotary.position_only and q_pos.shape.rank == 2
         rotated = []
         for x, where, side in ((q, q_pos, "query"), (k, k_pos, "key")):
             if tabulate:  # (T, 1) positions: rows of a constant table

@@ -229,6 +229,12 @@ class RotaryEmbedding(keras.layers.Layer):
         return cos, sin
 
     @property
+    def position_only(self):
+        """Whether cos and sin depend on a 1-D position alone (so can be tabulated)."""
+        dependent = rotary.ROPE_TYPES[self.rope_type].length_dependent
+        return self.coordinate_dim == 1 and not self.grid_shape and not dependent
+
+    @property
     def rotary_width(self):
         """r, the number of rotated features (known once built)."""
         return self._width if self.built else self.rotary_dim
