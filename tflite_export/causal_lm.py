@@ -48,10 +48,10 @@ def convert_causal_lm(
     the rotary cosines and sines (with xPos' scales) are constants of all
     `max_length` positions whose rows the step gathers, so no SIN, COS or
     EXP runs on the device. Rotary types whose frequencies depend on the
-    current length (`"dynamic"`) keep their sines and cosines as float
-    islands evaluated at the runtime index (TFLM runs them); with xPos such
-    a type is refused for TFLM before converting (its scale would be a
-    runtime EXP, which TFLM has only in float).
+    current length (`"dynamic"`, `"longrope"`) keep their sines and cosines
+    as float islands evaluated at the runtime index (TFLM runs them); with
+    xPos such a type is refused for TFLM before converting (its scale would
+    be a runtime EXP, which TFLM has only in float).
 
     Args:
         model: a `CausalLM` (`keras_posenc.models.build_causal_lm`).
