@@ -45,6 +45,14 @@ def fwd_bwd(layer, x, xla=False):
     return step
 
 
+def mean_seconds(fn, calls):
+    """Wall time of `fn()` per call, over `calls` calls in a row."""
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    return (time.perf_counter() - start) / calls
+
+
 def median_seconds(fn, repeats=5, warmup=2):
     """Median wall time of `fn()` after `warmup` calls."""
     for _ in range(warmup):

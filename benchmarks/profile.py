@@ -9,12 +9,10 @@ equal the whole call (fusion, dispatch), but they show which stage a
 speed-up has to come from.
 """
 
-import time
-
 import numpy as np
 import tensorflow as tf
 
-from benchmarks._common import write
+from benchmarks._common import mean_seconds, write
 from benchmarks.speed import attention_layers
 from keras_posenc import DynamicPositionBias, RelativePositionBias, ops
 
@@ -55,10 +53,7 @@ def _round_robin(steps, rounds, calls):
     times = {key: [] for key in steps}
     for _ in range(rounds):
         for key, step in steps.items():
-            start = time.perf_counter()
-            for _ in range(calls):
-                step()
-            times[key].append((time.perf_counter() - start) / calls)
+            times[key].append(mean_seconds(step, calls))
     return {key: float(np.median(seconds)) for key, seconds in times.items()}
 
 

@@ -6,12 +6,10 @@ it is compared with, and the table shows the median over rounds of those
 paired ratios, so a drift of the machine's speed cancels.
 """
 
-import time
-
 import numpy as np
 import tensorflow as tf
 
-from benchmarks._common import fwd_bwd, write
+from benchmarks._common import fwd_bwd, mean_seconds, write
 from keras_posenc import (
     DynamicPositionBias,
     RelativeMultiHeadAttention,
@@ -26,13 +24,6 @@ ATTENTION_SIZES = ((4, 256, 128, 8), (8, 512, 256, 8))
 QUICK_ATTENTION_SIZES = ((2, 128, 64, 4),)
 #: The key of the reference's own time in `paired`'s result.
 REFERENCE = "reference"
-
-
-def _seconds(fn, calls):
-    start = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    return (time.perf_counter() - start) / calls
 
 
 def paired(reference, candidates, rounds, calls=3, fastest=False):
@@ -50,8 +41,8 @@ def paired(reference, candidates, rounds, calls=3, fastest=False):
     bases = {name: [] for name in candidates}
     for _ in range(rounds):
         for name, fn in candidates.items():
-            base = _seconds(reference, calls)
-            seconds = _seconds(fn, calls)
+            base = mean_seconds(reference, calls)
+            seconds = mean_seconds(fn, calls)
             own[name].append(seconds)
             bases[name].append(base)
             ratios[name].append(seconds / base)
