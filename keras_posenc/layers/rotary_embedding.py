@@ -146,13 +146,8 @@ class RotaryEmbedding(keras.layers.Layer):
 
     def build(self, input_shape):
         head_size = _checks.known_width(input_shape)
-        self._width = _rope_checks.rotary_width(
-            self.rotary_dim,
-            head_size,
-            self.coordinate_dim,
-            self.sections,
-            self.rope_parameters,
-        )
+        sizes = (self.rotary_dim, head_size, self.coordinate_dim, self.sections)
+        self._width = _rope_checks.rotary_width(*sizes, self.rope_parameters)
         if self.learned_frequencies:
             heads = input_shape[2] if len(input_shape) == 4 else 1
             shape = (heads, self.coordinate_dim, self._width // 2)
