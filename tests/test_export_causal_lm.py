@@ -160,10 +160,40 @@ def test_bad_generation_arguments_are_refused(small_bytes, kwargs, match):
         generate_tflite(small_bytes, **arguments)
 
 
-def test_length_dependent_xpos_is_refused_for_microcontrollers_before_converting():
-    options = dict(
-        rope_type="dynamic", scaling_factor=2.0, original_max_position_embeddings=8
-    )
-    model = lm("xpos", position_options=options)
-    with pytest.raises(ExportError, match="xPos with rope_type='dynamic'.*EXP"):
+#: Length-dependent rotary types (their cos and sin are computed per step).
+DYNAMIC = dict(
+    rope_type="dynamic", scaling_factor=2.0, original_max_position_embeddings=8
+)
+LONGROPE = dict(
+    rope_type="longrope",
+    scaling_factor=2.0,
+    original_max_position_embeddings=8,
+    rope_parameters={"short_factor": [1.0] * 4, "long_factor": [2.0] * 4},
+)
+
+
+@pytest.mark.parametrize(
+    "position,options,match",
+    [
+        ("rope", DYNAMIC, "rope_type='dynamic' takes an exponential.*EXP"),
+        ("xpos", DYNAMIC, "rope_type='dynamic' with xPos.*EXP"),
+        ("xpos", LONGROPE, "rope_type='longrope' with xPos.*EXP"),
+    ],
+)
+def test_a_runtime_exponential_is_refused_for_microcontrollers_before_converting(
+    position, options, match
+):
+    model = lm(position, position_options=options)
+    with pytest.raises(ExportError, match=match):
         convert_causal_lm(model, calibration(), target="tflm")
+
+
+def test_length_dependent_sines_run_in_tflm_as_float_islands():
+    pytest.importorskip("tflite_micro", reason="needs tflite-micro (TFLM)")
+    model = lm("rope", position_options=LONGROPE)
+    model_bytes = convert_causal_lm(model, calibration(), max_length=16, target="tflm")
+    assert {"SIN", "COS"} <= operator_names(model_bytes)
+    np.testing.assert_array_equal(
+        generate_tflite(model_bytes, PROMPTS, 8, runtime="tflm"),
+        generate_tflite(model_bytes, PROMPTS, 8, runtime="litert"),
+    )

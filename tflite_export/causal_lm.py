@@ -18,8 +18,10 @@ from tensorflow.python.framework.convert_to_constants import (
 )
 
 import keras_posenc
+from keras_posenc import RotaryEmbedding
 from keras_posenc.causal_lm import CausalLM
 from keras_posenc.ops.cache import static_decoding
+from keras_posenc.ops.rotary import ROPE_TYPES
 from keras_posenc.utils import nested_layers
 from tflite_export.convert import ExportError
 
@@ -48,10 +50,11 @@ def convert_causal_lm(
     the rotary cosines and sines (with xPos' scales) are constants of all
     `max_length` positions whose rows the step gathers, so no SIN, COS or
     EXP runs on the device. Rotary types whose frequencies depend on the
-    current length (`"dynamic"`, `"longrope"`) keep their sines and cosines
-    as float islands evaluated at the runtime index (TFLM runs them); with
-    xPos such a type is refused for TFLM before converting (its scale would
-    be a runtime EXP, which TFLM has only in float).
+    current length keep their sines and cosines as float islands evaluated
+    at the runtime index: TFLM runs `"longrope"`'s; `"dynamic"` (a power of
+    the length) and any length-dependent type with xPos (an exponential of
+    the position) would need an int8 EXP, which TFLM lacks, and are refused
+    for TFLM before converting.
 
     Args:
         model: a `CausalLM` (`keras_posenc.models.build_causal_lm`).
@@ -93,13 +96,13 @@ def convert_causal_lm(
         )
     if target == "tflm":
         for layer in nested_layers(model):
-            xpos = getattr(layer, "xpos_scale_base", None) is not None
-            if xpos and not layer.position_only:
+            if isinstance(layer, RotaryEmbedding) and _runtime_exponential(layer):
                 raise ExportError(
-                    f"{layer.name}: xPos with rope_type={layer.rope_type!r} scales "
-                    "keys by an exponential of the runtime position and length, "
-                    "and TFLM's EXP kernel is float-only (an int8 EXP fails to "
-                    "prepare); export it with target='litert'"
+                    f"{layer.name}: rope_type={layer.rope_type!r}"
+                    + (" with xPos" if layer.xpos_scale_base is not None else "")
+                    + " takes an exponential of the runtime position or length "
+                    "when decoding, and TFLM's EXP kernel is float-only (an int8 "
+                    "EXP fails to prepare); export it with target='litert'"
                 )
     ids = check_calibration_ids(model, calibration_ids)
     keys = ["decode"] if target == "tflm" else ["prefill", "decode"]
@@ -129,6 +132,14 @@ def convert_causal_lm(
             ) from error
     _check_types(model_bytes, mode, keys)
     return model_bytes
+
+
+def _runtime_exponential(rotary):
+    """Whether a decoding step of `rotary` runs an EXP (no table can serve)."""
+    if rotary.position_only:
+        return False  # cos, sin and xPos scales are rows of a constant table
+    exponential = ROPE_TYPES[rotary.rope_type].length_exponential
+    return exponential or rotary.xpos_scale_base is not None
 
 
 def check_calibration_ids(model, calibration_ids):

@@ -100,6 +100,8 @@ class RopeType:
         frequencies: `(inv, r, base, params, length) -> (r/2,)`, NumPy when
             the type ignores `length`, a float32 tensor otherwise.
         length_dependent: bool, whether `frequencies` reads the current length.
+        length_exponential: bool, whether `frequencies` takes an exponential
+            of the current length (an EXP at run time when decoding).
         attention_factor: `params -> float`, the factor on cos and sin.
     """
 
@@ -107,6 +109,7 @@ class RopeType:
     defaults: dict = dataclasses.field(default_factory=dict)
     frequencies: object = None
     length_dependent: bool = False
+    length_exponential: bool = False
     attention_factor: object = None
 
 
@@ -119,7 +122,10 @@ ROPE_TYPES = {
     "linear": RopeType(required=_SCALED, frequencies=_linear),
     "ntk": RopeType(required=_SCALED, frequencies=_ntk),
     "dynamic": RopeType(
-        required=_EXTENDED, frequencies=_dynamic, length_dependent=True
+        required=_EXTENDED,
+        frequencies=_dynamic,
+        length_dependent=True,
+        length_exponential=True,
     ),
     "yarn": RopeType(
         required=_EXTENDED,
