@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed-stamp
 LINT_PATHS := $(wildcard keras_posenc tflite_export examples tests benchmarks)
 export TF_CPP_MIN_LOG_LEVEL ?= 3
 
-.PHONY: install demo test test-keras3 test-keras2 lint format bench bench-quick clean
+.PHONY: install demo check test test-keras3 test-keras2 lint format bench bench-quick clean
 
 $(STAMP): setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,6 +26,10 @@ lint: install
 format: install
 	$(PY) -m ruff check --fix $(LINT_PATHS)
 	$(PY) -m ruff format $(LINT_PATHS)
+
+# A contributor's fast loop: lint, then the tests not marked slow, Keras 3 only.
+check: lint
+	$(PY) -m pytest -q -m "not slow" tests
 
 test-keras3: install
 	$(PY) -m pytest -q tests

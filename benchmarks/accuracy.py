@@ -10,7 +10,8 @@ import numpy as np
 import tensorflow as tf
 
 from benchmarks._common import summary, write
-from keras_posenc import models, recipes, synthetic
+from keras_posenc import models
+from keras_posenc.data import recipes, synthetic
 
 keras = tf.keras
 SCALES = (1, 2, 4, 8)

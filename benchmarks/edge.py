@@ -6,7 +6,8 @@ import tensorflow as tf
 
 import tflite_export
 from benchmarks._common import write
-from keras_posenc import models, recipes
+from keras_posenc import models
+from keras_posenc.data import recipes
 
 keras = tf.keras
 

@@ -14,7 +14,7 @@ import numpy as np
 import tensorflow as tf
 
 from benchmarks._common import write
-from keras_posenc import language_modeling as lm
+from keras_posenc.data import language_modeling as lm
 from keras_posenc.models import POSITION_METHODS, build_causal_lm
 
 SCALES = (1, 2, 4, 8)

@@ -58,7 +58,7 @@ def run(quick):
             "table peak MB",
         ],
         rows,
-        ["both paths agree to 1e-5 (tests/test_gated_position_fusion.py)"],
+        ["both paths agree to 1e-5 (tests/layers/test_gated_position_fusion.py)"],
     )
 
 

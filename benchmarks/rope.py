@@ -11,7 +11,8 @@ import numpy as np
 import tensorflow as tf
 
 from benchmarks._common import summary, write
-from keras_posenc import models, recipes, synthetic, utils
+from keras_posenc import models, utils
+from keras_posenc.data import recipes, synthetic
 
 keras = tf.keras
 SCALES = (1, 2, 4, 8)

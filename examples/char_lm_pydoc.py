@@ -13,7 +13,7 @@ times decoding with and without the KV cache.
 import argparse
 import os
 
-from keras_posenc import language_modeling as lm
+from keras_posenc.data import language_modeling as lm
 from keras_posenc.models import POSITION_METHODS
 
 SCALES = (1, 2, 4, 8)

@@ -20,7 +20,8 @@ import numpy as np
 import tensorflow as tf
 
 import tflite_export
-from keras_posenc import recipes, viz
+from keras_posenc import viz
+from keras_posenc.data import recipes
 
 keras = tf.keras
 GRID = (4, 4)

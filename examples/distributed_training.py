@@ -10,7 +10,7 @@ import argparse
 
 import tensorflow as tf
 
-from keras_posenc import recipes
+from keras_posenc.data import recipes
 
 keras = tf.keras
 

@@ -1,6 +1,6 @@
 """Length extrapolation: train at length L, test at 2L..32L, per position method.
 
-The task (`keras_posenc.synthetic`, "relative_offset") asks every token for
+The task (`keras_posenc.data.synthetic`, "relative_offset") asks every token for
 the token 3 places to its left: the same rule at every position, so a
 relative method can apply it at any length, while absolute encodings meet
 positions they never saw.
@@ -12,7 +12,8 @@ import argparse
 
 import tensorflow as tf
 
-from keras_posenc import models, recipes, synthetic
+from keras_posenc import models
+from keras_posenc.data import recipes, synthetic
 
 keras = tf.keras
 

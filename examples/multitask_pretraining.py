@@ -14,8 +14,9 @@ import argparse
 import numpy as np
 import tensorflow as tf
 
-from keras_posenc import auxiliary, models
-from keras_posenc.callbacks import PositionWarmup
+from keras_posenc import models
+from keras_posenc.training import auxiliary
+from keras_posenc.training.callbacks import PositionWarmup
 
 keras = tf.keras
 

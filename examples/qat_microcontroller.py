@@ -18,7 +18,7 @@ import pathlib  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import tflite_export  # noqa: E402
-from keras_posenc import recipes  # noqa: E402
+from keras_posenc.data import recipes  # noqa: E402
 
 keras = tf.keras
 

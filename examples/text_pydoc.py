@@ -13,7 +13,8 @@ import argparse
 import numpy as np
 import tensorflow as tf
 
-from keras_posenc import models, recipes
+from keras_posenc import models
+from keras_posenc.data import recipes
 
 keras = tf.keras
 LENGTH, VOCAB, TOPICS = 48, 4000, 6

@@ -1,32 +1,30 @@
-"""keras_posenc: Transformer-style position encodings for TensorFlow/Keras."""
+"""keras_posenc: Transformer-style position encodings for TensorFlow/Keras.
 
-from keras_posenc import ops, utils
+The root holds the public layers and the role namespaces, as keras-hub's:
+`keras_posenc.layers`, `keras_posenc.models`, `keras_posenc.ops`,
+`keras_posenc.data`, `keras_posenc.training`, `keras_posenc.generation` and
+`keras_posenc.utils` (`keras_posenc.viz` needs matplotlib: import it by name).
+"""
+
+from keras_posenc import data, generation, layers, models, ops, training, utils
 from keras_posenc._compat import IS_KERAS_3
-from keras_posenc.layers.combined_position_input import (
+from keras_posenc.layers import (
     CombinedPositionInput,
-    combined_attention_input,
-)
-from keras_posenc.layers.dynamic_position_bias import DynamicPositionBias
-from keras_posenc.layers.gated_position_fusion import (
+    DynamicPositionBias,
     GatedPositionFusion,
+    HierarchicalPositionNetwork,
+    LayerNorm,
+    LearnedPositionEmbedding,
+    MeanPooling,
+    RecursivePositionUpdate,
+    RelativeMultiHeadAttention,
+    RelativePositionBias,
+    RotaryEmbedding,
+    SinusoidalPositionEncoding,
+    TokenEmbedding,
+    combined_attention_input,
     gated_position_fusion,
 )
-from keras_posenc.layers.hierarchical_position_network import (
-    HierarchicalPositionNetwork,
-)
-from keras_posenc.layers.layer_norm import LayerNorm
-from keras_posenc.layers.learned_position_embedding import LearnedPositionEmbedding
-from keras_posenc.layers.mean_pooling import MeanPooling
-from keras_posenc.layers.recursive_position_update import RecursivePositionUpdate
-from keras_posenc.layers.relative_multi_head_attention import (
-    RelativeMultiHeadAttention,
-)
-from keras_posenc.layers.relative_position_bias import RelativePositionBias
-from keras_posenc.layers.rotary_embedding import RotaryEmbedding
-from keras_posenc.layers.sinusoidal_position_encoding import (
-    SinusoidalPositionEncoding,
-)
-from keras_posenc.layers.token_embedding import TokenEmbedding
 
 __version__ = "0.1.0"
 
@@ -46,7 +44,12 @@ __all__ = [
     "SinusoidalPositionEncoding",
     "TokenEmbedding",
     "combined_attention_input",
+    "data",
     "gated_position_fusion",
+    "generation",
+    "layers",
+    "models",
     "ops",
+    "training",
     "utils",
 ]

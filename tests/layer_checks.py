@@ -1,11 +1,12 @@
 """The per-layer checks every keras_posenc layer runs (see docs/style.md)."""
 
+import inspect
+
 import numpy as np
 import tensorflow as tf
 
 from keras_posenc import IS_KERAS_3
-
-keras = tf.keras
+from keras_posenc.utils import keras, nested_layers
 
 
 def _as_list(x):
@@ -34,6 +35,7 @@ def check_layer(
     inputs,
     tmp_path,
     num_weights,
+    expected_output_shape,
     call_kwargs=None,
     fit=True,
     atol=1e-5,
@@ -42,7 +44,11 @@ def check_layer(
 ):
     """Config, weights, shape, eager/graph/XLA, save/load, fit, masks, precision.
 
-    `num_weights` is the exact number of weights once built; `passes_mask`
+    `make_layer(**kwargs)` builds the layer (`dtype=` is passed to check
+    mixed precision); `num_weights` is the exact number of weights once
+    built; `expected_output_shape` the eager output's shape on `inputs`,
+    given by the test (the symbolic shape may leave the batch as None);
+    `passes_mask`
     says whether the first input's Keras mask reaches the output (a bias
     has no tokens, so it passes none); `padding_invariant` whether outputs at
     real tokens ignore what the masked tokens hold.
@@ -54,13 +60,17 @@ def check_layer(
     layer = make_layer()
     model = _model(layer, inputs, call_kwargs)
     assert len(layer.weights) == num_weights, [w.name for w in layer.weights]
-    shapes = [tuple(t.shape) for t in _as_list(model.inputs)]
-    expected = tuple(layer.compute_output_shape(*shapes))
-    assert tuple(model.output.shape) == expected
+    expected = tuple(expected_output_shape)
+    symbolic = tuple(model.output.shape)
+    assert len(symbolic) == len(expected), (symbolic, expected)
+    assert all(s in (None, e) for s, e in zip(symbolic, expected)), symbolic
+    shapes = [tuple(a.shape) for a in inputs]
+    assert tuple(layer.compute_output_shape(*shapes)) == expected
 
     tensors = [tf.constant(a) for a in inputs]
     reference = _run(model, tensors)
     eager = np.asarray(layer(*tensors, **call_kwargs))
+    assert eager.shape == expected, (eager.shape, expected)
     np.testing.assert_allclose(eager, reference, atol=atol)
     graph = _run(tf.function(model), tensors)
     np.testing.assert_allclose(graph, reference, atol=atol)
@@ -82,7 +92,7 @@ def check_layer(
         assert np.isfinite(history.history["loss"][0])
 
     check_masking(make_layer, inputs, call_kwargs, passes_mask, padding_invariant)
-    check_mixed_precision(make_layer, inputs, call_kwargs)
+    check_mixed_precision(make_layer, inputs, call_kwargs, expected)
 
 
 def _masked(array, mask):
@@ -117,21 +127,37 @@ def check_masking(make_layer, inputs, call_kwargs, passes_mask, padding_invarian
         )
 
 
-def check_mixed_precision(make_layer, inputs, call_kwargs=None):
-    """Finite outputs in the policy's compute dtype under mixed precision."""
-    for policy, dtype in (("mixed_float16", "float16"), ("mixed_bfloat16", "bfloat16")):
-        keras.mixed_precision.set_global_policy(policy)
+def check_mixed_precision(make_layer, inputs, call_kwargs=None, expected=None):
+    """Built with `dtype=` a mixed policy: finite outputs in its compute dtype,
+    float32 weights, and every sublayer it creates on that policy (or float32,
+    for position math). The global policy is the other mixed policy meanwhile,
+    so a sublayer created without `dtype=self.dtype_policy` is caught."""
+    policies = (("mixed_float16", "float16"), ("mixed_bfloat16", "bfloat16"))
+    for (policy, dtype), (other, _) in zip(policies, policies[::-1]):
+        keras.mixed_precision.set_global_policy(other)
         try:
-            layer = make_layer()
+            layer = make_layer(dtype=policy)
             floats = [
                 tf.constant(a, dtype) if a.dtype.kind == "f" else tf.constant(a)
                 for a in inputs
             ]
             output = layer(*floats, **(call_kwargs or {}))
-            assert output.dtype.name == dtype
-            assert np.all(np.isfinite(tf.cast(output, tf.float32).numpy()))
         finally:
             keras.mixed_precision.set_global_policy("float32")
+        assert output.dtype.name == dtype
+        assert expected is None or tuple(output.shape) == expected
+        assert np.all(np.isfinite(tf.cast(output, tf.float32).numpy()))
+        for weight in layer.weights:
+            assert tf.as_dtype(weight.dtype).name == "float32", weight.name
+        given = set()  # sublayers passed in as arguments keep their own policy
+        for name in inspect.signature(type(layer).__init__).parameters:
+            value = getattr(layer, name, None)
+            if isinstance(value, keras.layers.Layer):
+                given.update(id(x) for x in nested_layers(value))
+        for sublayer in nested_layers(layer):
+            if id(sublayer) not in given:
+                policy_name = sublayer.dtype_policy.name
+                assert policy_name in (policy, "float32"), (sublayer.name, policy_name)
 
 
 #: One builder method per kind of position producer. The slower Keras 2 pass

@@ -114,3 +114,37 @@ def _example_instance(cls):
         if p.default is inspect.Parameter.empty and name in required
     }
     return cls(**kwargs)
+
+
+def test_root_holds_the_role_namespaces():
+    import types
+
+    for name in ("layers", "models", "ops", "data", "training", "generation", "utils"):
+        assert isinstance(getattr(keras_posenc, name), types.ModuleType), name
+        assert name in keras_posenc.__all__
+
+
+def test_layers_namespace_holds_the_public_layers():
+    assert LAYERS
+    for cls in LAYERS:
+        assert getattr(keras_posenc.layers, cls.__name__) is cls
+    for name in keras_posenc.layers.__all__:
+        assert getattr(keras_posenc.layers, name) is getattr(keras_posenc, name)
+
+
+def test_attention_exposes_only_keras_names_and_the_override_point():
+    cls = keras_posenc.RelativeMultiHeadAttention
+    public = {name for name in vars(cls) if not name.startswith("_")}
+    public.discard("build_from_config")  # Keras' own (wrapped under Keras 2)
+    assert public == {
+        "build",
+        "call",
+        "compute_attention",
+        "compute_output_shape",
+        "compute_output_spec",
+        "get_config",
+        "key_dense",
+        "output_dense",
+        "query_dense",
+        "value_dense",
+    }

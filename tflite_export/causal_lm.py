@@ -1,6 +1,6 @@
 """Causal language models on the device: prefill/decode TFLite and generation.
 
-`convert_causal_lm` turns a `keras_posenc.causal_lm.CausalLM` into TFLite
+`convert_causal_lm` turns a `keras_posenc.models.CausalLM` into TFLite
 with the key/value cache passed in and out as tensors: for LiteRT one model
 with a `prefill` signature (a whole padded prompt at positions
 `0 .. max_length - 1`) and a `decode` signature (one token at `index`); for
@@ -19,7 +19,7 @@ from tensorflow.python.framework.convert_to_constants import (
 
 import keras_posenc
 from keras_posenc import RotaryEmbedding
-from keras_posenc.causal_lm import CausalLM
+from keras_posenc.models import CausalLM
 from keras_posenc.ops.cache import static_decoding
 from keras_posenc.ops.rotary import ROPE_TYPES
 from keras_posenc.utils import nested_layers

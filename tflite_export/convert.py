@@ -7,9 +7,7 @@ import numpy as np
 import tensorflow as tf
 
 import keras_posenc
-from keras_posenc.utils import nested_layers
-
-keras = tf.keras
+from keras_posenc.utils import keras, nested_layers
 
 #: Conversion modes: int8 kernels and activations, int16 activations with int8
 #: weights, or the float32 reference.

@@ -5,9 +5,13 @@ whose input and output share a scale round-trips exactly) and runs the same
 decoding loop and samplers as `CausalLM.generate`.
 """
 
+import json
+import re
+
 import numpy as np
 
 from keras_posenc import generation
+from tflite_export._child import run_worker
 from tflite_export.verify import dequantize, quantize
 
 #: Interpreters `generate_tflite` can use.
@@ -74,9 +78,7 @@ def generate_tflite(
             max_new_tokens,
         )
     if runtime == "tflm":
-        from tflite_export._tflm_generation import in_subprocess
-
-        return in_subprocess(model_bytes, prompts, lengths, options)
+        return _tflm_in_subprocess(model_bytes, prompts, lengths, options)
     return decode_rows(Decoder(model_bytes, "litert"), prompts, lengths, options)
 
 
@@ -203,3 +205,28 @@ def _fail(name, expectation, value):
 
 def _number(name):
     return int(name.split("_")[-1])
+
+
+#: Seconds a TFLM generation subprocess may run.
+TFLM_GENERATE_TIMEOUT_SECONDS = 600
+#: TFLM log lines that say why a model did not run.
+TFLM_CAUSE = re.compile(r"Didn't find op|failed to prepare|not supported|!=")
+
+
+def _tflm_in_subprocess(model_bytes, prompts, lengths, options):
+    """Generated tokens from TFLM in a child; a RuntimeError says why it failed."""
+    arrays = {
+        "model": np.frombuffer(bytes(model_bytes), np.uint8),
+        "prompts": prompts,
+        "lengths": lengths,
+        "options": np.array(json.dumps(options)),
+    }
+    results, log, code = run_worker(
+        "tflite_export._tflm_generation", arrays, TFLM_GENERATE_TIMEOUT_SECONDS
+    )
+    if results is None:
+        lines = [line for line in log.splitlines() if line.strip()]
+        causes = [line for line in lines if TFLM_CAUSE.search(line)]
+        reason = (causes or lines or [f"exit status {code}"])[-1]
+        raise RuntimeError(f"TFLM generation failed: {reason}")
+    return results["tokens"]

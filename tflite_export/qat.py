@@ -11,12 +11,9 @@ with two tensors, and the tensors computed inside `call` (logits, softmax,
 biases), get their int8 ranges from the representative data at conversion.
 """
 
-import tensorflow as tf
-
 import keras_posenc
-from keras_posenc.utils import nested_layers, package_classes
+from keras_posenc.utils import keras, nested_layers, package_classes
 
-keras = tf.keras
 #: `(layer class, attribute)` of the kernels QAT fake-quantizes.
 QUANTIZED_KERNELS = (
     (keras.layers.Dense, "kernel"),

@@ -1,1 +1,45 @@
-"""One public layer per module."""
+"""The package's layers, one public layer per module (`keras_posenc.layers`)."""
+
+from keras_posenc.layers.combined_position_input import (
+    CombinedPositionInput,
+    combined_attention_input,
+)
+from keras_posenc.layers.dynamic_position_bias import DynamicPositionBias
+from keras_posenc.layers.gated_position_fusion import (
+    GatedPositionFusion,
+    gated_position_fusion,
+)
+from keras_posenc.layers.hierarchical_position_network import (
+    HierarchicalPositionNetwork,
+)
+from keras_posenc.layers.layer_norm import LayerNorm
+from keras_posenc.layers.learned_position_embedding import LearnedPositionEmbedding
+from keras_posenc.layers.mean_pooling import MeanPooling
+from keras_posenc.layers.recursive_position_update import RecursivePositionUpdate
+from keras_posenc.layers.relative_multi_head_attention import (
+    RelativeMultiHeadAttention,
+)
+from keras_posenc.layers.relative_position_bias import RelativePositionBias
+from keras_posenc.layers.rotary_embedding import RotaryEmbedding
+from keras_posenc.layers.sinusoidal_position_encoding import (
+    SinusoidalPositionEncoding,
+)
+from keras_posenc.layers.token_embedding import TokenEmbedding
+
+__all__ = [
+    "CombinedPositionInput",
+    "DynamicPositionBias",
+    "GatedPositionFusion",
+    "HierarchicalPositionNetwork",
+    "LayerNorm",
+    "LearnedPositionEmbedding",
+    "MeanPooling",
+    "RecursivePositionUpdate",
+    "RelativeMultiHeadAttention",
+    "RelativePositionBias",
+    "RotaryEmbedding",
+    "SinusoidalPositionEncoding",
+    "TokenEmbedding",
+    "combined_attention_input",
+    "gated_position_fusion",
+]

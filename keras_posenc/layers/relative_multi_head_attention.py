@@ -1,22 +1,33 @@
-"""Multi-head attention that adds a position bias to its logits."""
+"""Multi-head attention that adds a position bias to its logits.
+
+One class, `RelativeMultiHeadAttention`: its projections (named as Keras'),
+the dense, block-local and cached attention paths, and their checks.
+"""
+
+import math
 
 import tensorflow as tf
 
-from keras_posenc import _checks
+from keras_posenc import _checks, ops
 from keras_posenc._compat import (
+    IS_KERAS_3,
+    build_sublayer,
+    clone_initializer,
+    dim,
     incoming_mask,
     keras,
     optional_layer,
     register,
     serialize_layer,
 )
-from keras_posenc.layers._attention_checks import check_call, check_heads
-from keras_posenc.layers._projected_attention import ProjectedAttention
 from keras_posenc.layers.rotary_embedding import RotaryEmbedding
+
+#: The public names of the projections, as in `keras.layers.MultiHeadAttention`.
+PROJECTIONS = ("query_dense", "key_dense", "value_dense", "output_dense")
 
 
 @register
-class RelativeMultiHeadAttention(ProjectedAttention):
+class RelativeMultiHeadAttention(keras.layers.Layer):
     """Multi-head attention with a position bias: `softmax(QK^T/sqrt(H) + B) V`.
 
     Queries `(B, T, Dq)`, keys and values `(B, S, Dv)` of any widths are
@@ -30,10 +41,15 @@ class RelativeMultiHeadAttention(ProjectedAttention):
     Keras' layer: `query_dense`, `key_dense`, `value_dense`, `output_dense`.
 
     Subclasses change how attention is computed by overriding one method,
-    `compute_attention(query, key, value, bias, mask, training)` (as Keras'
-    `_compute_attention`): it takes projected, scaled heads-first heads (last
-    two axes `(T, H)` / `(S, H)`; the `(T, 3W)` band in block-local mode),
-    and returns the context `(..., T, Hv)` and the weights `(..., T, S)`.
+    `compute_attention(query, key, value, bias, mask, training)`: it takes
+    projected, scaled heads-first heads (last two axes `(T, H)` / `(S, H)`;
+    the `(T, 3W)` band in block-local mode), and returns the context
+    `(..., T, Hv)` and the weights `(..., T, S)`. This differs from Keras'
+    `_compute_attention`, which takes heads-last `(B, T, N, H)`: the
+    block-local band folds heads with blocks, so heads-first is the one
+    layout every path (dense, cached, block-local) can hand an override.
+    The layer's own computation is the same softmax on the heads-last
+    layout (einsums, no transposes); an override replaces it on every path.
 
     Built from Dense projections, reshapes and einsums on the heads-last
     `(B, T, N, H)` layout of Keras' layer (no GELU); the TFLite converter
@@ -145,7 +161,7 @@ class RelativeMultiHeadAttention(ProjectedAttention):
             "attention_window", attention_window, allow_none=True
         )
         position_bias = optional_layer("position_bias", position_bias)
-        check_heads("position_bias", position_bias, num_heads)
+        _check_heads("position_bias", position_bias, num_heads)
         rotary = optional_layer("rotary", rotary, RotaryEmbedding)
         super().__init__(**kwargs)
         self.num_heads = num_heads
@@ -161,6 +177,29 @@ class RelativeMultiHeadAttention(ProjectedAttention):
         self.rotary = rotary
         self.supports_masking = True
         self._dropout_layer = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
+
+    def build(self, query_shape, value_shape=None, key_shape=None):
+        width = _checks.known_width(query_shape, "query")
+        heads_v = self.num_heads * (self.value_dim or self.key_dim)
+        self._query_dense = self._dense(self.num_heads * self.key_dim, "query")
+        self._key_dense = self._dense(self.num_heads * self.key_dim, "key")
+        self._value_dense = self._dense(heads_v, "value")
+        self._output_dense = self._dense(self.output_dim or width, "attention_output")
+        build_sublayer(self._query_dense, query_shape)
+        if value_shape is None and IS_KERAS_3:
+            value_shape = query_shape  # Keras 3 passes it unless self-attention
+        # Keras 2 passes only the query shape: key/value build on first call.
+        if value_shape is not None:
+            build_sublayer(self._value_dense, value_shape)
+            key_shape = key_shape if key_shape is not None else value_shape
+            build_sublayer(self._key_dense, key_shape)
+        build_sublayer(self._output_dense, tuple(query_shape[:-1]) + (heads_v,))
+        if self.position_bias is not None and not self.position_bias.built:
+            build_sublayer(self.position_bias, query_shape)
+        if self.rotary is not None and not self.rotary.built:
+            heads_shape = (None, None, self.num_heads, self.key_dim)
+            build_sublayer(self.rotary, heads_shape)  # (B, T, N, H)
+        self.built = True
 
     def call(
         self,
@@ -184,8 +223,7 @@ class RelativeMultiHeadAttention(ProjectedAttention):
         self_attention = value is None and key is None  # Keras 2 converts query only
         value = query if value is None else tf.convert_to_tensor(value)
         key = value if key is None else tf.convert_to_tensor(key)
-        check_call(
-            self.attention_window,
+        self._check_call(
             query,
             key,
             value,
@@ -197,7 +235,6 @@ class RelativeMultiHeadAttention(ProjectedAttention):
             cache=cache,
             cache_update_index=cache_update_index,
             self_attention=self_attention,
-            heads=(self.num_heads, self.key_dim, self.value_dim),
         )
         where = dict(
             start_index=start_index, positions=positions, key_positions=key_positions
@@ -206,11 +243,11 @@ class RelativeMultiHeadAttention(ProjectedAttention):
         masks = [incoming_mask(tensor, mask) for tensor, mask in pairs]
         if cache is not None:  # decoding: self-attention over the cache
             extra = dict(attention_mask=attention_mask, attention_bias=attention_bias)
-            return self.decode(query, cache, cache_update_index, **extra)
-        q, k, v = self.project(query, key, value)  # (B, T|S, N, H)
+            return self._decode(query, cache, cache_update_index, **extra)
+        q, k, v = self._project(query, key, value)  # (B, T|S, N, H)
         if self.rotary is not None:
-            q, k = self.rotate(q, k, query, key, **where)
-        context, weights = self.attend(
+            q, k = self._rotate(q, k, query, key, **where)
+        context, weights = self._attend(
             (query, key),
             (q, k, v),
             masks,
@@ -220,7 +257,7 @@ class RelativeMultiHeadAttention(ProjectedAttention):
             attention_mask=attention_mask,
             attention_bias=attention_bias,
         )
-        output = self.merge(context)  # (B, T, Dout)
+        output = self._merge(context)  # (B, T, Dout)
         if return_attention_scores:
             return output, weights
         return output
@@ -248,3 +285,411 @@ class RelativeMultiHeadAttention(ProjectedAttention):
             }
         )
         return config
+
+    def compute_output_spec(
+        self, query, value=None, key=None, return_attention_scores=False, **kwargs
+    ):
+        # Keras 3 only: the symbolic output, including the optional scores.
+        output = keras.KerasTensor(
+            self.compute_output_shape(query.shape), dtype=self.compute_dtype
+        )
+        if not return_attention_scores:
+            return output
+        keys = (query if value is None else value).shape[1]
+        scores_shape = (query.shape[0], self.num_heads, query.shape[1], keys)
+        return output, keras.KerasTensor(scores_shape, dtype=self.compute_dtype)
+
+    def __dir__(self):
+        # tf_keras' saver walks dir() in reverse order, so it would store the
+        # projections under these public names; files have always stored them
+        # under the private ones (Keras 3 walks in order and sees those first).
+        names = super().__dir__()
+        if IS_KERAS_3:
+            return names
+        return [name for name in names if name not in PROJECTIONS]
+
+    @property
+    def query_dense(self):
+        """The query projection (a Dense layer), once built."""
+        return getattr(self, "_query_dense", None)
+
+    @property
+    def key_dense(self):
+        """The key projection (a Dense layer), once built."""
+        return getattr(self, "_key_dense", None)
+
+    @property
+    def value_dense(self):
+        """The value projection (a Dense layer), once built."""
+        return getattr(self, "_value_dense", None)
+
+    @property
+    def output_dense(self):
+        """The output projection (a Dense layer), once built."""
+        return getattr(self, "_output_dense", None)
+
+    def compute_attention(self, query, key, value, bias=None, mask=None, training=None):
+        """Logits -> weights -> context: the one override point.
+
+        Args:
+            query: `(..., T, H)` scaled query heads.
+            key: `(..., S, H)` key heads.
+            value: `(..., S, Hv)` value heads.
+            bias: float32 tensor broadcastable to `(..., T, S)`, or None.
+            mask: boolean tensor broadcastable to `(..., T, S)`, or None.
+            training: bool, whether dropout is active.
+
+        Returns:
+            `(context (..., T, Hv), weights (..., T, S))`.
+        """
+        logits = tf.matmul(query, key, transpose_b=True)
+        weights = self._weights(logits, bias, mask)
+        dropped = self._dropout_layer(weights, training=training)
+        return tf.matmul(dropped, value), weights
+
+    def _project(self, query, key, value):
+        """Heads-last query, key, value `(B, T|S, N, H)`; queries scaled by 1/sqrt(H).
+
+        Heads stay where the projection puts them (as in Keras'
+        `MultiHeadAttention`): no transpose, which XLA cannot fuse away. When
+        a rotary layer rotates every feature, `rotate` scales the queries
+        (on their cos and sin, `(T, r/2)`, one product fewer per call).
+        """
+        q, k, v = (
+            tf.reshape(dense(x), [-1, dim(x, 1), self.num_heads, size])
+            for dense, x, size in (
+                (self._query_dense, query, self.key_dim),
+                (self._key_dense, key, self.key_dim),
+                (self._value_dense, value, self.value_dim or self.key_dim),
+            )
+        )
+        if self._scale_in_rotation():
+            return q, k, v
+        return q * tf.cast(self._query_scale, q.dtype), k, v
+
+    @property
+    def _query_scale(self):
+        """1/sqrt(H), the factor on the queries."""
+        return 1.0 / math.sqrt(self.key_dim)
+
+    def _scale_in_rotation(self):
+        rotary = self.rotary
+        return rotary is not None and rotary.rotary_width == self.key_dim
+
+    def _merge(self, context):
+        """Heads-last context `(B, T, N, Hv)` -> the output `(B, T, output_dim)`."""
+        shape = [-1, dim(context, 1), context.shape[2] * context.shape[3]]
+        return self._output_dense(tf.reshape(context, shape))
+
+    def _dense(self, units, name):
+        return keras.layers.Dense(
+            units,
+            use_bias=self.use_bias,
+            kernel_initializer=clone_initializer(self.kernel_initializer),
+            bias_initializer=clone_initializer(self.bias_initializer),
+            dtype=self.dtype_policy,
+            name=name,
+        )
+
+    def _heads_attention(self, q, k, v, bias=None, mask=None, training=None):
+        """Heads-last `(B, T, N, H)` in, context `(B, T, N, Hv)` and weights out.
+
+        Einsums on the projections' own layout unless a subclass overrides
+        `compute_attention`, which then gets heads-first `(B, N, T, H)`.
+        """
+        if (
+            type(self).compute_attention
+            is not RelativeMultiHeadAttention.compute_attention
+        ):
+            swap = ops.attention.swap_heads
+            context, weights = self.compute_attention(
+                swap(q), swap(k), swap(v), bias, mask, training
+            )
+            return swap(context), weights
+        weights = self._weights(tf.einsum("btnh,bsnh->bnts", q, k), bias, mask)
+        dropped = self._dropout_layer(weights, training=training)
+        return tf.einsum("bnts,bsnh->btnh", dropped, v), weights
+
+    def _weights(self, logits, bias, mask):
+        """Float32 softmax of `logits + bias` over the keys, masked."""
+        logits = tf.cast(logits, tf.float32)
+        if bias is not None:
+            logits += bias
+        if mask is not None:
+            logits = tf.where(mask, logits, ops.mask_value())
+        return tf.cast(tf.nn.softmax(logits, axis=-1), self.compute_dtype)
+
+    def _rotate(
+        self,
+        q,
+        k,
+        query,
+        key,
+        start_index=0,
+        positions=None,
+        key_positions=None,
+        max_length=None,
+    ):
+        """`rotary` applied to heads-last `(B, T|S, N, H)` at their true positions.
+
+        Scales the queries by 1/sqrt(H) when `project` left it to the rotation.
+        `max_length` is the cache length S_max of a decoding step: inside
+        `ops.cache.static_decoding()`, the cos and sin of every cached
+        position then fold into a constant and the step gathers the rows of
+        its runtime positions (no SIN, COS or EXP on the device) when the
+        rotary layer is `position_only`.
+        """
+        q_pos = self.rotary.resolve(query, start_index, positions)  # (..., T, C)
+        k_pos = self.rotary.resolve(key, 0, key_positions)  # (..., S, C)
+        length = None  # one current length for both sides keeps q.k relative
+        if ops.rotary.ROPE_TYPES[self.rotary.rope_type].length_dependent:
+            length = tf.maximum(tf.reduce_max(q_pos), tf.reduce_max(k_pos)) + 1.0
+        tabulate = max_length is not None and ops.cache.is_static()
+        tabulate = tabulate and self.rotary.position_only and q_pos.shape.rank == 2
+        rotated = []
+        for x, where, side in ((q, q_pos, "query"), (k, k_pos, "key")):
+            if tabulate:  # (T, 1) positions: rows of a constant table
+                every = ops.position_range(max_length)[:, None]  # (S_max, 1)
+                table = self.rotary.cos_sin(every, side)
+                cos, sin = (tf.gather(t, tf.cast(where[:, 0], tf.int32)) for t in table)
+            else:
+                cos, sin = self.rotary.cos_sin(where, side, length)
+            if side == "query" and self._scale_in_rotation():
+                cos, sin = cos * self._query_scale, sin * self._query_scale
+            if not self.rotary.learned_frequencies:  # (..., L, r/2): one per head
+                cos, sin = cos[..., None, :], sin[..., None, :]
+            rotated.append(ops.rotary.rotate(x, cos, sin, self.rotary.interleaved))
+        return rotated
+
+    def _attend(
+        self,
+        inputs,
+        heads,
+        masks,
+        causal,
+        training,
+        where,
+        attention_mask=None,
+        attention_bias=None,
+    ):
+        """Heads-last context `(B, T, N, Hv)` and weights (None when block-local).
+
+        `inputs` are the `(query, key)` tensors the bias reads, `heads` the
+        projected heads-last `(q, k, v)`, `masks` the query, value and key Keras masks,
+        `where` the `start_index` / `positions` / `key_positions` arguments.
+        """
+        query, key = inputs
+        query_mask, value_mask, key_mask = masks
+        keys = ops.combine_masks(1, 1, value_mask=value_mask, key_mask=key_mask)
+        if keys is not None:  # masked values never reach an output, even NaN
+            keys = keys[:, 0]  # (B, S)
+            real = keys[:, :, None, None]
+            heads = (*heads[:2], tf.where(real, heads[2], tf.zeros_like(heads[2])))
+        if self.attention_window is not None:
+            swap = ops.attention.swap_heads  # the band folds heads-first tensors
+            context = self._local_context(
+                inputs,
+                [swap(x) for x in heads],
+                keys,
+                query_mask,
+                causal,
+                training,
+                where["start_index"],
+            )
+            return swap(context), None
+        bias = None
+        if self.position_bias is not None:
+            bias = tf.cast(self.position_bias(query, key, **where), tf.float32)
+        bias = _plus(bias, attention_bias)  # (B or 1, N, T, S)
+        mask = ops.combine_masks(
+            dim(query, 1), dim(key, 1), *masks, attention_mask, causal
+        )  # (B, T, S)
+        mask = None if mask is None else mask[:, None]  # (B, 1, T, S)
+        return self._heads_attention(*heads, bias, mask, training)
+
+    def _decode(self, query, cache, index, attention_mask=None, attention_bias=None):
+        """Cached self-attention of new tokens `(B, T, D)` at `index`.
+
+        Keys and values of the new tokens go into `cache` (rotated at their
+        true positions first); the queries attend causally over the cache,
+        with the position bias evaluated at positions `index + t` against
+        the cached positions `0 .. S_max - 1`. Returns `(output, cache)`.
+        """
+        length, max_length = dim(query, 1), dim(cache, 2)  # T, S_max
+        q, k, v = self._project(query, query, query)  # (B, T, N, H)
+        if self.rotary is not None:
+            where = ops.position_range(length, index)  # (T,)
+            q, k = self._rotate(
+                q,
+                k,
+                query,
+                query,
+                positions=where,
+                key_positions=where,
+                max_length=max_length,
+            )
+        keys, values, cache = ops.cache.update_cache(cache, k, v, index)
+        bias = None
+        if self.position_bias is not None:
+            bias = ops.cache.cached_bias(self.position_bias, query, keys, index)
+        bias = _plus(bias, attention_bias)  # (B or 1, N, T, S_max)
+        mask = ops.cache.cache_mask(index, length, max_length, self.attention_window)
+        mask = mask[None, None]  # (1, 1, T, S_max)
+        if attention_mask is not None:
+            mask = tf.logical_and(mask, tf.cast(attention_mask, bool)[:, None])
+        context, _ = self._heads_attention(q, keys, values, bias, mask)
+        return self._merge(context), cache
+
+    def _local_context(
+        self, inputs, heads, key_mask, query_mask, causal, training, start_index=0
+    ):
+        """Block-local context `(B, N, T, Hv)`: the band, then `compute_attention`.
+
+        `inputs` are the `(query, key)` tensors the position bias reads,
+        `heads` the projected `(q, k, v)`; the bias of every band comes from
+        `_band_bias`.
+        """
+        q, k, v = heads
+        window, length = self.attention_window, dim(q, 2)
+        query_pos, key_pos = ops.blocks.block_positions(length, window)
+        bias = None
+        if self.position_bias is not None:
+            bias = self._band_bias(inputs, query_pos, key_pos, length, start_index)
+        allowed = ops.blocks.band_allowed(
+            query_pos, key_pos, length, self.num_heads, key_mask, query_mask, causal
+        )  # (B or 1, N*nb, W, 3W)
+        context, _ = self.compute_attention(
+            ops.blocks.to_blocks(q, window),
+            ops.blocks.to_band(k, window),
+            ops.blocks.to_band(v, window),
+            bias,
+            allowed,
+            training,
+        )
+        return ops.blocks.from_blocks(context, self.num_heads, length)
+
+    def _band_bias(self, inputs, query_pos, key_pos, length, start_index):
+        """The bias of every block's band `(1, N*nb, W, 3W)`, float32.
+
+        A translation-invariant producer sees the same distances `-(2W-1) ..
+        2W-1` in every band: it is evaluated once, `(1, N, W, 3W)`, and
+        repeated over the blocks (slots outside the sequence are masked).
+        Otherwise each block is evaluated at its true positions.
+        """
+        producer, window = self.position_bias, self.attention_window
+        if getattr(producer, "translation_invariant", False):
+            stubs = [tf.zeros([1, size, 1]) for size in (window, 3 * window)]
+            bias = tf.cast(producer(*stubs, start_index=window), tf.float32)
+            heads, blocks = bias.shape[1], tf.shape(query_pos)[0]
+            shape = [1, heads, blocks, window, 3 * window]
+            bias = tf.broadcast_to(bias[:, :, None], shape)  # (1, N, nb, W, 3W)
+            return tf.reshape(bias, [1, -1, window, 3 * window])
+        # True positions; slots past the sequence (masked) borrow its ends.
+        last, offset = length - 1, tf.cast(start_index, query_pos.dtype)
+        q_at, k_at = (
+            tf.clip_by_value(p, 0, last) + offset for p in (query_pos, key_pos)
+        )
+        bias = producer(*inputs, positions=q_at, key_positions=k_at)
+        return ops.blocks.fold_bias(tf.cast(bias, tf.float32))  # (1, N*nb, W, 3W)
+
+    def _check_call(self, query, key, value, **call_arguments):
+        """Errors for calls the layer cannot honour, before any work."""
+        window = self.attention_window
+        for name, tensor in (("query", query), ("value", value), ("key", key)):
+            if tensor.shape.rank not in (None, 3):
+                raise ValueError(
+                    f"`{name}` must have rank 3, (B, L, D): attention never folds "
+                    f"other axes into the batch. Received: {name}.shape={tensor.shape}"
+                )
+        s_v, s_k = value.shape[1], key.shape[1]
+        if s_v is not None and s_k is not None and s_v != s_k:
+            raise ValueError(
+                "`key` and `value` must have the same length. Received: "
+                f"key.shape={key.shape}, value.shape={value.shape}"
+            )
+        if call_arguments["cache"] is not None:
+            self._check_cache(query, **call_arguments)
+            return
+        if call_arguments["cache_update_index"] is not None:
+            raise ValueError(
+                "`cache_update_index` goes with `cache`. Received: cache=None, "
+                f"cache_update_index={call_arguments['cache_update_index']!r}"
+            )
+        if window is None:
+            return
+        t, s = query.shape[1], key.shape[1]
+        if t is not None and s is not None and t != s:
+            raise ValueError(
+                "`attention_window` needs self-attention (equal query and key "
+                f"lengths). Received: query.shape={query.shape}, key.shape={key.shape}"
+            )
+        if call_arguments["return_attention_scores"]:
+            raise ValueError(
+                "`return_attention_scores` needs the dense (T, S) weights, which "
+                "local attention never builds. Received: return_attention_scores="
+                f"True with attention_window={window}"
+            )
+        for name in ("attention_mask", "attention_bias", "positions", "key_positions"):
+            if call_arguments[name] is not None:
+                raise ValueError(
+                    f"`{name}` must be None with attention_window={window} (local "
+                    "attention builds its own band; use query/key masks and "
+                    f"start_index). Received: a {name} tensor"
+                )
+
+    def _check_cache(self, query, cache, cache_update_index, **call_arguments):
+        """Cached decoding is self-attention of new tokens at the cache's positions."""
+        if cache_update_index is None:
+            raise ValueError(
+                "`cache_update_index` must be given with `cache` (the position of "
+                "the first new token). Received: cache_update_index=None"
+            )
+        num_heads, key_dim, value_dim = self.num_heads, self.key_dim, self.value_dim
+        expected = (2, None, num_heads, key_dim)
+        if cache.shape.rank != 5 or any(
+            want not in (None, got) for want, got in zip(expected, cache.shape[1:])
+        ):
+            raise ValueError(
+                f"`cache` must have shape (B, 2, S_max, {num_heads}, {key_dim}). "
+                f"Received: cache.shape={cache.shape}"
+            )
+        if value_dim not in (None, key_dim):
+            raise ValueError(
+                "`value_dim` must equal key_dim to keep keys and values in one cache. "
+                f"Received: value_dim={value_dim}, key_dim={key_dim}"
+            )
+        if not call_arguments["self_attention"]:
+            raise ValueError(
+                "`value` and `key` must be None with `cache`: cached decoding is "
+                "self-attention of the new tokens. Received: a value or key tensor"
+            )
+        for name in ("positions", "key_positions"):
+            if call_arguments[name] is not None:
+                raise ValueError(
+                    f"`{name}` must be None with `cache` (positions are "
+                    f"cache_update_index + t). Received: a {name} tensor"
+                )
+        if call_arguments["return_attention_scores"]:
+            raise ValueError(
+                "`return_attention_scores` must be False with `cache`. "
+                "Received: return_attention_scores=True"
+            )
+
+
+def _plus(bias, attention_bias):
+    """The float32 sum of two optional biases (None when both are None)."""
+    if attention_bias is None:
+        return bias
+    extra = tf.cast(attention_bias, tf.float32)
+    return extra if bias is None else bias + extra
+
+
+def _check_heads(name, producer, num_heads):
+    """A bias producer must make one bias per attention head."""
+    heads = getattr(producer, "num_heads", num_heads)
+    if heads != num_heads:
+        _checks.fail(
+            name,
+            f"a producer of num_heads={num_heads} heads",
+            f"{type(producer).__name__}(num_heads={heads})",
+        )

@@ -1,0 +1,58 @@
+"""Recipes shared by the demo, examples, benchmarks and tests.
+
+One place for the digits task (data split, classifier, compile settings), so
+every script that reports a digits number trains the same thing.
+"""
+
+from keras_posenc import models
+from keras_posenc._compat import keras
+from keras_posenc.data import datasets
+
+#: The digits classifier's builder arguments (16 patch tokens of 4 pixels).
+DIGITS_MODEL = dict(input_dim=4, sequence_length=16, num_heads=4)
+
+
+def compile_classifier(model, learning_rate=2e-3):
+    """Compiles `model` (integer labels, logits out) with Adam; returns it.
+
+    Args:
+        model: a `keras.Model` whose outputs are class logits.
+        learning_rate: float or a Keras learning-rate schedule.
+    """
+    model.compile(
+        keras.optimizers.Adam(learning_rate),
+        keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        metrics=["accuracy"],
+    )
+    return model
+
+
+def digits_data(train_fraction=0.8, limit=None, seed=0):
+    """`((train_x, train_y), (test_x, test_y))` from `datasets.digits_patches`.
+
+    Args:
+        train_fraction: float, the share of examples in the training split.
+        limit: int or None, keep only the first `limit` (shuffled) examples.
+        seed: int, the shuffle seed.
+    """
+    x, y = datasets.digits_patches(seed)
+    if limit is not None:
+        x, y = x[:limit], y[:limit]
+    split = int(train_fraction * len(x))
+    return (x[:split], y[:split]), (x[split:], y[split:])
+
+
+def digits_classifier(
+    position="hybrid", hidden_dim=32, learning_rate=2e-3, **builder_kwargs
+):
+    """A compiled `models.build_classifier` for the digits patches.
+
+    Args:
+        position: str, one of `models.POSITION_METHODS`.
+        hidden_dim: int, the model width.
+        learning_rate: float or schedule, Adam's learning rate.
+        **builder_kwargs: more `models.build_classifier` arguments.
+    """
+    arguments = dict(DIGITS_MODEL, hidden_dim=hidden_dim, position=position)
+    arguments.update(builder_kwargs)
+    return compile_classifier(models.build_classifier(10, **arguments), learning_rate)

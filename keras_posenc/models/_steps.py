@@ -1,0 +1,79 @@
+"""The compiled decoding steps of `CausalLM.generate` (with and without cache)."""
+
+import numpy as np
+import tensorflow as tf
+
+
+def compile_steps(model, batch_size, total_length, use_cache, jit_compile):
+    """`(prefill, step)` tf.functions of `model` for one batch and total length."""
+    if use_cache:
+        shapes = model.cache_shapes(batch_size, total_length)
+        cache_spec = [tf.TensorSpec(shape, tf.float32) for shape in shapes]
+
+        def run(tokens, cache, index):
+            logits, cache = model.call_with_cache(tokens, cache, index)
+            return logits[:, -1], cache
+
+        prefill = tf.function(
+            run,
+            input_signature=[
+                tf.TensorSpec((batch_size, None), tf.int32),
+                cache_spec,
+                tf.TensorSpec((), tf.int32),
+            ],
+            jit_compile=jit_compile,
+        )
+        step = tf.function(
+            run,
+            input_signature=[
+                tf.TensorSpec((batch_size, 1), tf.int32),
+                cache_spec,
+                tf.TensorSpec((), tf.int32),
+            ],
+            jit_compile=jit_compile,
+        )
+    else:
+        prefill = None
+        step = tf.function(
+            lambda tokens: model(tokens),
+            input_signature=[tf.TensorSpec((batch_size, total_length), tf.int32)],
+            jit_compile=jit_compile,
+        )
+    return prefill, step
+
+
+def decoding_steps(model, batch, total, use_cache, jit_compile):
+    """NumPy `(prefill, step)` callables of `generation.generate_tokens`."""
+    if not use_cache:
+        return _full_steps(model, batch, total, jit_compile)
+    run_prefill, run_step = model.compiled_steps(batch, total, True, jit_compile)
+    state = {"cache": model.empty_cache(batch, total)}
+
+    def prefill(tokens):
+        logits, state["cache"] = run_prefill(
+            tf.constant(tokens), state["cache"], tf.constant(0)
+        )
+        return logits.numpy()
+
+    def step(tokens, index):
+        logits, state["cache"] = run_step(
+            tf.constant(tokens), state["cache"], tf.constant(index, tf.int32)
+        )
+        return logits.numpy()
+
+    return prefill, step
+
+
+def _full_steps(model, batch, total, jit_compile):
+    _, full = model.compiled_steps(batch, total, False, jit_compile)
+    buffer = np.zeros((batch, total), np.int32)
+
+    def prefill(tokens):
+        buffer[:, : tokens.shape[1]] = tokens
+        return full(buffer).numpy()[:, tokens.shape[1] - 1]
+
+    def step(tokens, index):
+        buffer[:, index] = tokens[:, 0]  # later slots are never read
+        return full(buffer).numpy()[:, index]
+
+    return prefill, step

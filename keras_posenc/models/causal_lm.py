@@ -1,0 +1,267 @@
+"""Decoder-only language models with any position method, and generation."""
+
+import types
+
+import tensorflow as tf
+
+from keras_posenc import _checks, generation
+from keras_posenc._compat import keras, register
+from keras_posenc.layers.token_embedding import TokenEmbedding
+from keras_posenc.models import _steps
+from keras_posenc.models.stack import TransformerStack, check_sequence_length
+
+
+@register
+class CausalLM(keras.Model):
+    """A decoder-only Transformer language model: `(B, T)` ids -> `(B, T, V)` logits.
+
+    A functional model (train it with `model.fit`, save it as `.keras`) that
+    is causal for every position method: attention is masked to `j <= i`,
+    biases are one-directional, `"hpn"`/`"hybrid"` position generators use
+    causal convolutions, `"gated"` averages its relative table over
+    `j <= i`, and the `"recursive"` blocks attend causally. Changing token
+    `t` never changes the logits before `t`.
+
+    `generate` decodes with a key/value cache: every attention keeps the keys
+    and values of earlier positions (`cache_shapes`), and each position
+    producer (bias, rotation, absolute table, position generator) is
+    evaluated at the new token's true position against the cache, so cached
+    decoding gives the logits a full recompute gives.
+
+    Args:
+        vocab_size: int, the vocabulary size V.
+        sequence_length: int or None, a fixed T. Defaults to `None`.
+        hidden_dim: int, the width D (divisible by `num_heads`).
+            Defaults to `64`.
+        num_layers: int, Transformer layers. Defaults to `2`.
+        num_heads: int, attention heads. Defaults to `4`.
+        dropout: float, every dropout rate (attention weights, feed-forward
+            outputs). Defaults to `0.0`.
+        position: str, one of `POSITION_METHODS`. Defaults to `"rope"`.
+        max_length: int, the table size of `"learned"` (the longest text it
+            can read or generate); the clipping distance of `"clipped"` and
+            `"gated"` defaults to `min(max_length, 32)`. Defaults to `512`.
+        attention_window: int, block-local causal attention with this window
+            (linear in T; generation keeps the same band). Defaults to `None`.
+        position_options: dict, options of the method's layers, as in
+            `build_encoder`; options that would look ahead (a bias with
+            `bidirectional=True`) are refused. Defaults to `None`.
+        share_position_bias: bool, one bias producer for every attention,
+            evaluated once per forward (and once per decoding step), as in
+            `build_encoder`. Defaults to `False`.
+        name: str, the model name. Defaults to `"causal_lm"`.
+
+    Example:
+
+    >>> import keras_posenc
+    >>> model = keras_posenc.models.build_causal_lm(
+    ...     vocab_size=20, hidden_dim=16, num_layers=1, num_heads=2,
+    ...     position="alibi")
+    >>> model.generate([[1, 2, 3]], max_new_tokens=4).shape
+    (1, 7)
+    """
+
+    def __init__(
+        self,
+        vocab_size,
+        sequence_length=None,
+        hidden_dim=64,
+        num_layers=2,
+        num_heads=4,
+        dropout=0.0,
+        position="rope",
+        max_length=512,
+        attention_window=None,
+        position_options=None,
+        share_position_bias=False,
+        name="causal_lm",
+        **kwargs,
+    ):
+        unknown = sorted(set(kwargs) - {"trainable"})
+        if unknown:  # keras.Model would ignore a misspelled argument
+            raise TypeError(
+                f"CausalLM got unexpected keyword arguments {unknown}; it takes "
+                "the arguments of build_causal_lm (vocab_size, hidden_dim, ...). "
+                f"Received: {', '.join(f'{k}={kwargs[k]!r}' for k in unknown)}"
+            )
+        stack = TransformerStack(
+            position,
+            hidden_dim,
+            num_layers,
+            num_heads,
+            dropout,
+            max_length,
+            attention_window=attention_window,
+            position_options=position_options,
+            share_position_bias=share_position_bias,
+            causal=True,
+        )
+        config = {
+            "vocab_size": _checks.positive_int("vocab_size", vocab_size),
+            "sequence_length": check_sequence_length(
+                position, sequence_length, max_length
+            ),
+            "hidden_dim": int(hidden_dim),
+            "num_layers": int(num_layers),
+            "num_heads": int(num_heads),
+            "dropout": float(dropout),
+            "position": position,
+            "max_length": int(max_length),
+            "attention_window": attention_window,
+            "position_options": position_options,
+            "share_position_bias": share_position_bias,
+        }
+        embedding = TokenEmbedding(vocab_size, hidden_dim, name="embedding")
+        head = keras.layers.Dense(vocab_size, name="logits")
+        tokens = keras.Input((config["sequence_length"],), dtype="int32", name="tokens")
+        logits = head(stack.forward(embedding(tokens)))
+        super().__init__(tokens, logits, name=name, **kwargs)
+        # Plain attributes (already tracked by the functional graph).
+        self._parts = types.SimpleNamespace(stack=stack, embedding=embedding, head=head)
+        self._lm_config = config
+
+    def get_config(self):
+        return {"name": self.name, "trainable": self.trainable, **self._lm_config}
+
+    @classmethod
+    def from_config(cls, config, custom_objects=None):
+        return cls(**config)
+
+    @property
+    def position(self):
+        """The position method's name."""
+        return self._lm_config["position"]
+
+    def cache_shapes(self, batch_size, max_length):
+        """Shapes of the cache tensors of `call_with_cache`, in order.
+
+        Each attention holds `(B, 2, max_length, N, H)` keys and values (two
+        per `"recursive"` block); a causal position convolution holds its
+        inputs `(B, max_length, D)`, by position.
+        """
+        return self._parts.stack.cache_shapes(batch_size, max_length)
+
+    def empty_cache(self, batch_size, max_length):
+        """A list of zero float32 cache tensors for `call_with_cache`."""
+        shapes = self.cache_shapes(batch_size, max_length)
+        return [tf.zeros(shape, tf.float32) for shape in shapes]
+
+    def compiled_steps(
+        self, batch_size, total_length, use_cache=True, jit_compile=False
+    ):
+        """The compiled `(prefill, step)` functions of `generate`, traced once.
+
+        Kept per `(batch_size, total_length, use_cache, jit_compile)`, so
+        repeated `generate` calls reuse them and
+        `step.experimental_get_tracing_count()` stays 1 however many tokens
+        are decoded (`prefill` is None without the cache).
+        """
+        key = (batch_size, total_length, use_cache, jit_compile)
+        functions = self.__dict__.setdefault("_generation_functions", {})
+        if key not in functions:
+            functions[key] = _steps.compile_steps(self, *key)
+        return functions[key]
+
+    def call_with_cache(self, token_ids, cache, cache_update_index):
+        """Logits `(B, T, V)` of tokens at `cache_update_index ...`, and the cache.
+
+        Args:
+            token_ids: int tensor `(B, T)`, the new tokens.
+            cache: list of tensors shaped as `cache_shapes`, holding the
+                earlier positions (`empty_cache` before the first call).
+            cache_update_index: int or scalar int tensor, the position of the
+                first new token.
+
+        Returns:
+            `(logits, updated_cache)`.
+        """
+        parts = self._parts
+        x = parts.embedding(token_ids)
+        x, cache = parts.stack.forward(x, list(cache), cache_update_index)
+        return parts.head(x), cache
+
+    def generate(
+        self,
+        prompt_ids,
+        max_new_tokens,
+        sampler="greedy",
+        temperature=1.0,
+        top_k=50,
+        top_p=0.9,
+        seed=None,
+        stop_token_ids=None,
+        use_cache=True,
+        pad_token_id=0,
+        jit_compile=False,
+    ):
+        """Prompts followed by generated tokens, `(B, P + max_new_tokens)`.
+
+        Args:
+            prompt_ids: int array `(B, P)`, or a list of token lists of
+                different lengths (right-padded with `pad_token_id`; each row
+                continues right after its own prompt, at its true positions).
+            max_new_tokens: int >= 1, new tokens per row.
+            sampler: `"greedy"`, `"top_k"` or `"top_p"` (nucleus).
+            temperature: float > 0, divides the logits before sampling.
+            top_k: int >= 1, the candidates of `"top_k"`.
+            top_p: float in (0, 1], the probability mass of `"top_p"`.
+            seed: int or None, seeds the sampler (same seed, same tokens).
+            stop_token_ids: token ids that end a row (kept in the output);
+                the slots after them hold `pad_token_id`.
+            use_cache: bool, decode with the key/value cache (one token per
+                step) or recompute the whole sequence every step; both give
+                the same tokens.
+            pad_token_id: int, fills padding and the slots after a stop token.
+            jit_compile: bool, compile the step with XLA. Defaults to `False`
+                (a graph, traced once).
+
+        Returns:
+            An int32 NumPy array `(B, P + max_new_tokens)`.
+        """
+        prompts, lengths = generation.check_prompts(prompt_ids, pad_token_id)
+        options = generation.sampling_options(
+            max_new_tokens,
+            sampler,
+            temperature,
+            top_k,
+            top_p,
+            seed,
+            stop_token_ids,
+            pad_token_id,
+        )
+        use_cache = _checks.boolean("use_cache", use_cache)
+        batch, total = len(lengths), prompts.shape[1] + max_new_tokens
+        limit = self._lm_config["max_length"]
+        if self.position == "learned" and total > limit:
+            _checks.fail(
+                "max_new_tokens",
+                f"at most max_length - prompt length = {limit - prompts.shape[1]} "
+                "for position='learned' (its table ends at max_length)",
+                max_new_tokens,
+            )
+        prefill, step = _steps.decoding_steps(
+            self, batch, total, use_cache, jit_compile
+        )
+        return generation.generate_tokens(prefill, step, prompts, lengths, **options)
+
+
+def build_causal_lm(vocab_size, **kwargs):
+    """A decoder-only LM `(B, T)` ids -> `(B, T, V)` logits, with `generate`.
+
+    Args:
+        vocab_size: int, the vocabulary size V.
+        **kwargs: the other arguments of `CausalLM`.
+
+    Returns:
+        A `CausalLM` (a functional `keras.Model`).
+
+    Example:
+
+    >>> import numpy as np
+    >>> from keras_posenc.models import build_causal_lm
+    >>> model = build_causal_lm(vocab_size=30, hidden_dim=16, num_layers=1,
+    ...                         num_heads=2, position="t5")
+    >>> model(np.ones((2, 9), "int32")).shape
+    TensorShape([2, 9, 30])
+    """
+    return CausalLM(vocab_size, **kwargs)

@@ -1,0 +1,151 @@
+"""Functional-API builders: a Transformer encoder with any position method.
+
+Every builder returns a plain functional `keras.Model` (it saves and loads as
+`.keras` in both Keras modes) built from int8-friendly parts: Dense, ReLU,
+`keras_posenc.LayerNorm` and BATCH_MATMUL attention.
+"""
+
+from keras_posenc import _checks
+from keras_posenc._compat import keras
+from keras_posenc.layers.mean_pooling import MeanPooling
+from keras_posenc.layers.token_embedding import TokenEmbedding
+from keras_posenc.models.methods import METHODS
+from keras_posenc.models.stack import TransformerStack, check_sequence_length
+
+#: The position methods every builder accepts as `position=` (`METHODS` rows).
+POSITION_METHODS = tuple(METHODS)
+#: Methods whose attention carries a relative bias (they extrapolate in length).
+RELATIVE_METHODS = tuple(
+    name
+    for name, method in METHODS.items()
+    if (method.bias and not method.bias_needs_grid)
+    or method.recursive
+    or method.rotary is not None
+)
+
+
+def build_encoder(
+    vocab_size=None,
+    input_dim=None,
+    sequence_length=None,
+    hidden_dim=64,
+    num_layers=2,
+    num_heads=4,
+    dropout=0.0,
+    position="t5",
+    max_length=512,
+    mask_zero=False,
+    grid_shape=None,
+    attention_window=None,
+    position_options=None,
+    share_position_bias=False,
+    name="encoder",
+):
+    """A Transformer encoder `(B, T) or (B, T, input_dim) -> (B, T, hidden_dim)`.
+
+    Args:
+        vocab_size: int, integer-token inputs `(B, T)` with this vocabulary;
+            exactly one of `vocab_size` and `input_dim` is given.
+        input_dim: int, feature inputs `(B, T, input_dim)`.
+        sequence_length: int or None, a fixed T (None lets relative methods
+            run on other lengths). Defaults to `None`.
+        hidden_dim: int, the model width D (divisible by `num_heads`).
+            Defaults to `64`.
+        num_layers: int, the number of Transformer layers. Defaults to `2`.
+        num_heads: int, attention heads N. Defaults to `4`.
+        dropout: float, the rate of every dropout in the model, the same for
+            every method: on the attention weights of every attention (the
+            recursive blocks' two included) and on each feed-forward output
+            before its residual sum. Defaults to `0.0`.
+        position: str, one of `POSITION_METHODS` (the rows of
+            `keras_posenc.models.methods.METHODS`). Defaults to `"t5"`.
+        max_length: int, the table size of `"learned"`; `"clipped"` and
+            `"gated"` clip distances at `min(max_length, 32)` unless
+            `position_options` sets `max_distance`. Defaults to `512`.
+        mask_zero: bool, token 0 is padding (a Keras mask). Defaults to `False`.
+        grid_shape: tuple, e.g. `(rows, cols)`: the sequence is a flattened
+            grid; `"dynamic_bias"` (or `"hybrid"`, which then adds it to its
+            attention) reads 2-D distances and `"rope"` turns axially over
+            the grid. Defaults to `None`.
+        attention_window: int, block-local attention with this window in
+            every layer (linear in T); None keeps dense attention.
+            Defaults to `None`.
+        position_options: dict, constructor arguments forwarded to the
+            method's layers, e.g. `{"num_buckets": 64, "max_distance": 256}`
+            for `"t5"`; `keras_posenc.models.methods.METHODS[position].options`
+            lists the keys each method takes. Defaults to `None`.
+        share_position_bias: bool, one bias producer evaluates the bias once
+            per forward and every attention adds it, as T5 does: one
+            parameter set and L - 1 fewer evaluations. For the methods in
+            `SHARED_BIAS_METHODS`, with dense attention. Defaults to `False`.
+        name: str, the model name. Defaults to `"encoder"`.
+
+    Returns:
+        A functional `keras.Model`.
+    """
+    _checks.choice("position", position, tuple(METHODS))
+    if (vocab_size is None) == (input_dim is None):
+        _checks.fail(
+            "vocab_size",
+            "given, or input_dim given, but not both",
+            vocab_size,
+            fix=f"Received input_dim={input_dim!r} too",
+        )
+    stack = TransformerStack(
+        position,
+        hidden_dim,
+        num_layers,
+        num_heads,
+        dropout,
+        max_length,
+        attention_window=attention_window,
+        position_options=position_options,
+        share_position_bias=share_position_bias,
+        grid_shape=grid_shape,
+    )
+    sequence_length = check_sequence_length(position, sequence_length, max_length)
+    if vocab_size is not None:
+        vocab_size = _checks.positive_int("vocab_size", vocab_size)
+        inputs = keras.Input((sequence_length,), dtype="int32", name="tokens")
+        x = TokenEmbedding(vocab_size, hidden_dim, mask_zero, name="embedding")(inputs)
+    else:
+        input_dim = _checks.positive_int("input_dim", input_dim)
+        inputs = keras.Input((sequence_length, input_dim), name="features")
+        x = keras.layers.Dense(hidden_dim, name="input_projection")(inputs)
+    return keras.Model(inputs, stack.forward(x), name=name)
+
+
+def build_classifier(num_classes, **encoder_kwargs):
+    """An encoder, mean pooling over (unmasked) tokens, and class logits.
+
+    The pooling (`MeanPooling`) gives an all-padding row zeros, so its
+    logits are the output bias: finite, and exportable to int8.
+
+    Args:
+        num_classes: int, the number of classes.
+        **encoder_kwargs: the arguments of `build_encoder`.
+
+    Returns:
+        A functional `keras.Model` returning logits `(B, num_classes)`.
+    """
+    num_classes = _checks.positive_int("num_classes", num_classes)
+    encoder = build_encoder(**encoder_kwargs)
+    pooled = MeanPooling(name="pool")(encoder.output)  # all-padding rows: zeros
+    logits = keras.layers.Dense(num_classes, name="logits")(pooled)
+    return keras.Model(encoder.input, logits, name="classifier")
+
+
+def build_token_classifier(num_classes, **encoder_kwargs):
+    """An encoder and per-token class logits `(B, T, num_classes)`.
+
+    Args:
+        num_classes: int, the number of classes.
+        **encoder_kwargs: the arguments of `build_encoder`.
+
+    Returns:
+        A functional `keras.Model`.
+    """
+    num_classes = _checks.positive_int("num_classes", num_classes)
+    encoder = build_encoder(**encoder_kwargs)
+    logits = keras.layers.Dense(num_classes, name="logits")(encoder.output)
+    return keras.Model(encoder.input, logits, name="token_classifier")

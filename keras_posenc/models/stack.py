@@ -1,0 +1,327 @@
+"""The one assembly: a `METHODS` row becomes the layers of a Transformer stack.
+
+`TransformerStack` owns every layer between the token (or feature) embedding
+and the output head: the method's absolute encoding, the embedding norm, a
+position generator network, the shared or per-layer bias producers, the
+attention (or recursive) blocks and the feed-forward blocks. The encoder
+builders run it bidirectionally on whole sequences; `CausalLM` runs it
+causally, on whole sequences (training) or on new tokens against caches
+(decoding), so the training graph and the decoding step share one definition.
+"""
+
+import tensorflow as tf
+
+from keras_posenc import _checks, ops
+from keras_posenc._compat import keras
+from keras_posenc.layers.combined_position_input import CombinedPositionInput
+from keras_posenc.layers.hierarchical_position_network import (
+    HierarchicalPositionNetwork,
+)
+from keras_posenc.layers.layer_norm import LayerNorm
+from keras_posenc.layers.recursive_position_update import RecursivePositionUpdate
+from keras_posenc.layers.relative_multi_head_attention import (
+    RelativeMultiHeadAttention,
+)
+from keras_posenc.layers.relative_position_bias import RelativePositionBias
+from keras_posenc.layers.sinusoidal_position_encoding import (
+    SinusoidalPositionEncoding,
+)
+from keras_posenc.models.methods import METHODS, SHARED_BIAS_METHODS
+
+
+class TransformerStack:
+    """The layers of a Transformer stack with one position method.
+
+    Every argument is checked here, once, for the encoder builders and the
+    causal LM alike (`ValueError`/`TypeError` naming the argument).
+
+    Args:
+        position: str, a key of `METHODS`.
+        hidden_dim: int, the width D (divisible by `num_heads`).
+        num_layers: int, the number of blocks L.
+        num_heads: int, the attention heads N.
+        dropout: float, every dropout rate of the stack.
+        max_length: int, the table size of `"learned"` and the default
+            clipping of `"clipped"` / `"gated"`.
+        attention_window: int or None, block-local attention.
+        position_options: dict or None, options of the method's layers.
+        share_position_bias: bool, one bias producer for every attention.
+        grid_shape: tuple or None, the grid of a flattened 2-D input.
+        causal: bool, no position reads a later one (decoders).
+    """
+
+    def __init__(
+        self,
+        position,
+        hidden_dim,
+        num_layers,
+        num_heads,
+        dropout,
+        max_length,
+        attention_window=None,
+        position_options=None,
+        share_position_bias=False,
+        grid_shape=None,
+        causal=False,
+    ):
+        method = METHODS[_checks.choice("position", position, tuple(METHODS))]
+        width = _checks.positive_int("hidden_dim", hidden_dim)
+        layers = _checks.positive_int("num_layers", num_layers)
+        heads = _checks.positive_int("num_heads", num_heads)
+        if width % heads:
+            _checks.fail("hidden_dim", f"divisible by num_heads={heads}", hidden_dim)
+        dropout = _checks.rate("dropout", dropout)
+        max_length = _checks.positive_int("max_length", max_length)
+        window = _checks.positive_int("attention_window", attention_window, True)
+        if grid_shape is not None and not method.takes_grid:
+            grid_methods = [n for n, m in METHODS.items() if m.takes_grid]
+            _checks.fail(
+                "grid_shape", f"None unless position is in {grid_methods}", grid_shape
+            )
+        _check_share_position_bias(
+            share_position_bias, position, method, grid_shape, window
+        )
+        parts = method.resolve_options(position_options, max_length)
+        if causal:
+            _refuse_lookahead(parts, position, position_options)
+            if method.bias == "relative":
+                parts["bias"]["bidirectional"] = False
+        self.method, self.causal, self.num_layers = method, causal, layers
+        self.absolute = method.input_layers(parts, max_length, causal)
+        self.combined = None
+        if method.combined_input:  # the joint position-content input
+            self.combined = (
+                SinusoidalPositionEncoding(
+                    name="combined_positions", **parts["sinusoid"]
+                ),
+                CombinedPositionInput(name="combined_input"),
+            )
+        self.embedding_norm = LayerNorm(name="embedding_norm")
+        self.first = min(method.generator_from, layers - 1)  # first layer fed
+        self.hpn = None
+        if method.generator is not None:
+            self.hpn = HierarchicalPositionNetwork(
+                width,
+                layers - self.first,
+                position_features=method.generator,
+                causal=causal,
+                name="position_network",
+                **parts["generator"],
+            )
+        self.shared_bias = None  # one producer for every attention, or None
+        if share_position_bias:
+            self.shared_bias = method.bias_layer(heads, "shared", grid_shape, parts)
+        self.blocks, self.norms, self.ffn = [], [], []
+        for index in range(layers):
+            if method.recursive:
+                self.blocks.append(
+                    _recursive_block(
+                        heads, width, dropout, window, parts, index, causal
+                    )
+                )
+            else:
+                self.blocks.append(
+                    RelativeMultiHeadAttention(
+                        heads,
+                        width // heads,
+                        output_dim=width,
+                        dropout=dropout,
+                        position_bias=None
+                        if self.shared_bias is not None
+                        else method.bias_layer(heads, index, grid_shape, parts),
+                        rotary=method.rotary_layer(index, grid_shape, parts),
+                        attention_window=window,
+                        name=f"attention_{index}",
+                    )
+                )
+                self.norms.append(LayerNorm(name=f"attention_norm_{index}"))
+            self.ffn.append(
+                (
+                    keras.layers.Dense(2 * width, "relu", name=f"ffn_hidden_{index}"),
+                    keras.layers.Dense(width, name=f"ffn_output_{index}"),
+                    keras.layers.Dropout(dropout, name=f"ffn_dropout_{index}"),
+                    LayerNorm(name=f"ffn_norm_{index}"),
+                )
+            )
+
+    def conv_state(self, index):
+        """Whether layer `index` keeps a causal-convolution state in the cache."""
+        return (
+            self.causal
+            and self.hpn is not None
+            and index >= self.first
+            and self.hpn.position_features == "conv"
+            and self.hpn.kernel_size > 1
+        )
+
+    def cache_shapes(self, batch_size, max_length):
+        """The shapes of the cache tensors, in the order `forward` reads them."""
+        shapes = []
+        for index, block in enumerate(self.blocks):
+            if self.conv_state(index):
+                shapes.append((batch_size, max_length, self.hpn.dim))
+            attentions = (block,)
+            if self.method.recursive:
+                attentions = (block.attention, block.position_attention)
+            for attention in attentions:
+                size = (attention.num_heads, attention.key_dim)
+                shapes.append((batch_size, 2, max_length) + size)
+        return shapes
+
+    def forward(self, x, cache=None, index=0, training=None):
+        """The stack's output `(B, T, D)` for embedded tokens `x` `(B, T, D)`.
+
+        Without a cache the tokens sit at `0 .. T-1` (under causal masks for
+        a causal stack) and Keras masks flow through; with one (a list, causal
+        stacks only) they sit at `index ...`, read the cached keys (and the
+        causal convolution's state) of the earlier positions, and the call
+        returns `(output, updated_cache)`.
+        """
+        decoding = cache is not None
+        add = _plus if decoding else _add  # an Add layer keeps Keras masks
+        where = {"start_index": index} if decoding else {}
+        slots, updated = iter(cache or ()), []
+        if self.absolute is not None:
+            x = add(x, self._positions(x, self._encode_input, cache, index))
+        x = self.embedding_norm(x)
+        shared = {}  # the shared bias, evaluated once: (1, N, T, T or S_max)
+        if self.shared_bias is not None:
+            shared["attention_bias"] = self._bias_once(x, cache, index)
+        for i, block in enumerate(self.blocks):
+            if self.hpn is not None and i >= self.first:
+                if decoding and self.conv_state(i):
+                    x, state = self.hpn(
+                        x, i - self.first, state=next(slots), start_index=index
+                    )
+                    updated.append(state)
+                else:
+                    x = self.hpn(x, i - self.first, training=training, **where)
+            if self.method.recursive:
+                if decoding:
+                    pair = [next(slots), next(slots)]
+                    x, pair = block(x, cache=pair, cache_update_index=index)
+                    updated.extend(pair)
+                else:
+                    x = block(x, use_causal_mask=self.causal, training=training)
+            else:
+                query = x
+                if self.combined is not None and i == 0:
+                    encoding, combine = self.combined
+                    query = combine(x, self._positions(x, encoding, cache, index))
+                if decoding:
+                    attended, state = block(
+                        query, cache=next(slots), cache_update_index=index, **shared
+                    )
+                    updated.append(state)
+                else:
+                    causal = {"use_causal_mask": True} if self.causal else {}
+                    attended = block(query, training=training, **causal, **shared)
+                x = self.norms[i](add(x, attended))
+            hidden, output, dropout, norm = self.ffn[i]
+            x = norm(add(x, dropout(output(hidden(x)), training=training)))
+        return (x, updated) if decoding else x
+
+    def _encode_input(self, x, start_index=0):
+        """The absolute encoding added to the embeddings `x`."""
+        encoding, *fusion = self.absolute
+        positions = encoding(x, start_index=start_index)
+        for layer in fusion:
+            positions = layer(positions, start_index=start_index)
+        return positions
+
+    def _positions(self, x, encode, cache, index):
+        """`encode(x)` at the tokens' positions (decoding: `index ...`)."""
+        if cache is None:
+            return encode(x)
+        max_length = next(c.shape[2] for c in cache if c.shape.rank == 5)
+
+        def at(start, count):  # (1, count, D): the encodings ignore content
+            return encode(tf.zeros((1, count, x.shape[-1]), x.dtype), start_index=start)
+
+        return ops.cache.position_rows(at, index, tf.shape(x)[1], max_length)
+
+    def _bias_once(self, x, cache, index):
+        """The shared producer's bias for tokens `x` (decoding: at `index ...`)."""
+        if cache is None:
+            return self.shared_bias(x)  # (1, N, T, T)
+        max_length = next(c.shape[2] for c in cache if c.shape.rank == 5)
+        keys = tf.zeros((1, max_length, 1), x.dtype)  # only its length is read
+        return ops.cache.cached_bias(self.shared_bias, x, keys, index)
+
+
+def check_sequence_length(position, sequence_length, max_length):
+    """`sequence_length` checked; `"learned"` cannot read past its table."""
+    sequence_length = _checks.positive_int("sequence_length", sequence_length, True)
+    if position == "learned" and sequence_length and sequence_length > max_length:
+        _checks.fail(
+            "max_length",
+            f">= sequence_length={sequence_length} for position='learned'",
+            max_length,
+            fix="Use a relative method such as position='t5' for long sequences",
+        )
+    return sequence_length
+
+
+def _recursive_block(heads, width, dropout, window, parts, index, causal):
+    block = dict(parts["block"])
+    bias = None  # an encoder's block makes its own bidirectional T5 bias
+    if causal:
+        bias = RelativePositionBias(
+            block.get("position_heads", 1),
+            bidirectional=False,
+            name=f"position_bias_{index}",
+        )
+    return RecursivePositionUpdate(
+        heads,
+        width // heads,
+        dropout=dropout,
+        position_bias=bias,
+        attention_window=window,
+        name=f"recursive_{index}",
+        **block,
+    )
+
+
+def _refuse_lookahead(parts, position, position_options):
+    """A causal stack refuses options that would let a bias look ahead."""
+    if parts["bias"].get("bidirectional"):
+        _checks.fail(
+            "position_options",
+            f"without bidirectional=True for position={position!r}: a causal "
+            "model's bias sees only keys before the query",
+            position_options,
+        )
+
+
+def _check_share_position_bias(value, position, method, grid_shape, window):
+    """Refuses `share_position_bias=True` where there is no one bias to share."""
+    if not _checks.boolean("share_position_bias", value):
+        return
+    if position not in SHARED_BIAS_METHODS or (
+        method.bias_needs_grid and not grid_shape
+    ):
+        _checks.fail(
+            "share_position_bias",
+            f"False unless position is in {SHARED_BIAS_METHODS} (with a "
+            "grid_shape for those that read a grid)",
+            value,
+            fix=f"position={position!r} (grid_shape={grid_shape!r}) has no bias "
+            "producer to share",
+        )
+    if window is not None:
+        _checks.fail(
+            "share_position_bias",
+            "False with block-local attention (each block evaluates its own "
+            "band of the bias)",
+            value,
+            fix=f"Received attention_window={window!r}",
+        )
+
+
+def _add(*tensors):
+    # A layer, not `+`: `+` on symbolic tensors drops the Keras mask.
+    return keras.layers.Add()(list(tensors))
+
+
+def _plus(a, b):
+    return a + b

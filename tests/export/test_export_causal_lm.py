@@ -1,0 +1,225 @@
+"""Causal LMs on the device: prefill/decode LiteRT, a TFLM decode step, generation."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_posenc import IS_KERAS_3
+from keras_posenc.models import POSITION_METHODS, build_causal_lm
+from tflite_export import ExportError, convert_causal_lm, generate_tflite
+from tflite_export.generate import Decoder
+
+pytest.importorskip("ai_edge_litert", reason="needs ai-edge-litert (LiteRT)")
+
+VOCAB = 17
+PROMPTS = [[3, 1, 4, 1], [5, 9]]
+
+
+def lm(position, **kwargs):
+    tf.keras.utils.set_random_seed(5)
+    return build_causal_lm(
+        VOCAB, hidden_dim=16, num_layers=2, num_heads=2, position=position, **kwargs
+    )
+
+
+def calibration():
+    return np.random.default_rng(0).integers(1, VOCAB, (4, 12))
+
+
+def signature_details(model_bytes):
+    from ai_edge_litert.interpreter import Interpreter
+
+    interpreter = Interpreter(model_content=model_bytes)
+    found = {}
+    for key in interpreter.get_signature_list():
+        runner = interpreter.get_signature_runner(key)
+        found[key] = {**runner.get_input_details(), **runner.get_output_details()}
+    return found
+
+
+#: Under Keras 2 (the suite's slower mode) one method per kind of producer:
+#: the TFLite graph is built from the same TensorFlow ops in both modes.
+EXPORTED = (
+    POSITION_METHODS if IS_KERAS_3 else ("t5", "rope", "hybrid", "recursive", "gated")
+)
+
+
+@pytest.mark.parametrize("position", EXPORTED)
+def test_float32_litert_generation_equals_keras_greedy_tokens(position):
+    model = lm(position, max_length=32)
+    model_bytes = convert_causal_lm(model, calibration(), mode="float32", max_length=16)
+    details = signature_details(model_bytes)
+    assert sorted(details) == ["decode", "prefill"]
+    shapes = model.cache_shapes(1, 16)
+    assert [
+        tuple(details["decode"][f"cache_{i}"]["shape"]) for i in range(len(shapes))
+    ] == shapes
+    np.testing.assert_array_equal(
+        generate_tflite(model_bytes, PROMPTS, 9), model.generate(PROMPTS, 9)
+    )
+
+
+def test_a_shared_bias_lm_generates_in_litert_as_in_keras():
+    model = lm("t5", max_length=32, share_position_bias=True)
+    model_bytes = convert_causal_lm(model, calibration(), mode="float32", max_length=16)
+    np.testing.assert_array_equal(
+        generate_tflite(model_bytes, PROMPTS, 9), model.generate(PROMPTS, 9)
+    )
+
+
+def operator_names(model_bytes):
+    from ai_edge_litert.interpreter import Interpreter
+
+    interpreter = Interpreter(model_content=model_bytes)
+    return {op["op_name"] for op in interpreter._get_ops_details()}
+
+
+@pytest.mark.parametrize("position", ["rope", "xpos", "hybrid", "recursive"])
+def test_int8_tflm_decoding_agrees_with_int8_litert(position):
+    pytest.importorskip("tflite_micro", reason="needs tflite-micro (TFLM)")
+    model = lm(position)
+    model_bytes = convert_causal_lm(model, calibration(), max_length=16, target="tflm")
+    details = signature_details(model_bytes)
+    assert list(details) == ["decode"]  # one subgraph for microcontrollers
+    for name, detail in details["decode"].items():
+        want = np.int32 if name in ("token", "index") else np.int8
+        assert detail["dtype"] == want, name
+    # Rotary cosines, sines and xPos scales are rows of constant tables.
+    assert not operator_names(model_bytes) & {"SIN", "COS", "EXP"}
+    litert = generate_tflite(model_bytes, PROMPTS, 8, runtime="litert")
+    tflm = generate_tflite(model_bytes, PROMPTS, 8, runtime="tflm")
+    for row, prompt in enumerate(PROMPTS):
+        tokens = litert[row, : len(prompt) + 8]  # the row's prompt and new tokens
+        end = decided_length(model_bytes, tokens, len(prompt))
+        np.testing.assert_array_equal(tflm[row, :end], tokens[:end])
+
+
+def decided_length(model_bytes, tokens, prompt_length):
+    """How many of `tokens` greedy decoding decides despite kernel rounding.
+
+    Reads `tokens` teacher-forced through LiteRT and TFLM. Their int8 kernels
+    round some logits one output step apart, and the int8 caches carry that
+    forward (measured here: at most 7 steps over 12 tokens; an int8 cache
+    that does not drift is open work). Where LiteRT's best two logits are
+    closer than twice the two runtimes' gap, the next token may differ; up to
+    the first such step both must agree exactly.
+    """
+    litert, tflm = Decoder(model_bytes, "litert"), Decoder(model_bytes, "tflm")
+    step = litert.outputs["logits"]["quantization"][0]
+    end = len(tokens)
+    for t in range(len(tokens) - 1):
+        logits = litert.run_decode(int(tokens[t]), t)[0]
+        gap = np.abs(logits - tflm.run_decode(int(tokens[t]), t)[0]).max()
+        assert gap <= 8 * step * 1.001, (t, gap / step)
+        best, second = np.sort(logits)[-1:-3:-1]
+        if t + 1 >= prompt_length and best - second <= 2 * gap and end == len(tokens):
+            end = t + 1  # tokens[t + 1] may differ: rounding decided it
+    return end
+
+
+def test_int8_litert_prefill_and_decode_with_a_window():
+    model = lm("alibi", attention_window=4)
+    model_bytes = convert_causal_lm(model, calibration(), max_length=16)
+    details = signature_details(model_bytes)
+    assert details["prefill"]["logits"]["dtype"] == np.int8
+    assert generate_tflite(model_bytes, PROMPTS, 8).shape == (2, 12)
+    # Teacher-forced int8 logits against Keras: the step reads its cache right.
+    decoder = Decoder(model_bytes, "litert")
+    sequence = np.random.default_rng(1).integers(1, VOCAB, 14)
+    logits = [decoder.run_decode(int(token), t) for t, token in enumerate(sequence)]
+    reference = model(sequence[None]).numpy()[0]
+    error = np.abs(np.concatenate(logits) - reference).max()
+    assert error < 0.1 * np.ptp(reference)
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, match",
+    [
+        ({"mode": "int16x8"}, ValueError, "mode"),
+        ({"target": "gpu"}, ValueError, "target"),
+        ({"max_length": 1}, ValueError, "max_length"),
+        ({"calibration_ids": np.full((2, 4), VOCAB)}, ExportError, "calibration_ids"),
+        (
+            {"calibration_ids": np.zeros((2, 4), "float32")},
+            ExportError,
+            "calibration_ids",
+        ),
+    ],
+)
+def test_bad_export_arguments_are_refused(kwargs, error, match):
+    arguments = {"calibration_ids": calibration(), **kwargs}
+    with pytest.raises(error, match=match):
+        convert_causal_lm(lm("none", max_length=8), **arguments)
+
+
+def test_only_causal_lms_and_learned_tables_long_enough_are_exported():
+    from keras_posenc.models import build_encoder
+
+    with pytest.raises(TypeError, match="CausalLM"):
+        convert_causal_lm(build_encoder(vocab_size=5), calibration())
+    with pytest.raises(ValueError, match="max_length"):
+        convert_causal_lm(lm("learned", max_length=8), calibration(), max_length=16)
+
+
+@pytest.fixture(scope="module")
+def small_bytes():
+    tf.keras.utils.set_random_seed(5)
+    model = build_causal_lm(
+        VOCAB, hidden_dim=8, num_layers=1, num_heads=2, position="none"
+    )
+    return convert_causal_lm(model, calibration(), mode="float32", max_length=8)
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"prompt_ids": [list(range(1, 10))]}, "prompt_ids"),
+        ({"max_new_tokens": 6}, "max_new_tokens"),
+        ({"max_new_tokens": 0}, "max_new_tokens"),
+        ({"runtime": "gpu"}, "runtime"),
+        ({"sampler": "beam"}, "sampler"),
+    ],
+)
+def test_bad_generation_arguments_are_refused(small_bytes, kwargs, match):
+    arguments = {"prompt_ids": [[1, 2, 3]], "max_new_tokens": 2, **kwargs}
+    with pytest.raises(ValueError, match=match):
+        generate_tflite(small_bytes, **arguments)
+
+
+#: Length-dependent rotary types (their cos and sin are computed per step).
+DYNAMIC = dict(
+    rope_type="dynamic", scaling_factor=2.0, original_max_position_embeddings=8
+)
+LONGROPE = dict(
+    rope_type="longrope",
+    scaling_factor=2.0,
+    original_max_position_embeddings=8,
+    rope_parameters={"short_factor": [1.0] * 4, "long_factor": [2.0] * 4},
+)
+
+
+@pytest.mark.parametrize(
+    "position,options,match",
+    [
+        ("rope", DYNAMIC, "rope_type='dynamic' takes an exponential.*EXP"),
+        ("xpos", DYNAMIC, "rope_type='dynamic' with xPos.*EXP"),
+        ("xpos", LONGROPE, "rope_type='longrope' with xPos.*EXP"),
+    ],
+)
+def test_a_runtime_exponential_is_refused_for_microcontrollers_before_converting(
+    position, options, match
+):
+    model = lm(position, position_options=options)
+    with pytest.raises(ExportError, match=match):
+        convert_causal_lm(model, calibration(), target="tflm")
+
+
+def test_length_dependent_sines_run_in_tflm_as_float_islands():
+    pytest.importorskip("tflite_micro", reason="needs tflite-micro (TFLM)")
+    model = lm("rope", position_options=LONGROPE)
+    model_bytes = convert_causal_lm(model, calibration(), max_length=16, target="tflm")
+    assert {"SIN", "COS"} <= operator_names(model_bytes)
+    np.testing.assert_array_equal(
+        generate_tflite(model_bytes, PROMPTS, 8, runtime="tflm"),
+        generate_tflite(model_bytes, PROMPTS, 8, runtime="litert"),
+    )

@@ -1,0 +1,79 @@
+import os
+import pathlib
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+import tflite_export
+
+INT8 = {"dtype": np.int8, "quantization": (0.5, -3)}
+FLOAT = {"dtype": np.float32, "quantization": (0.0, 0)}
+
+
+def test_quantize_is_round_of_value_over_scale_plus_zero_point():
+    values = np.array([-70.0, -1.3, 0.0, 0.26, 2.0, 70.0], np.float32)
+    got = tflite_export.quantize(values, INT8)
+    want = np.clip(np.round(values / 0.5 - 3), -128, 127).astype(np.int8)
+    assert got.dtype == np.int8
+    np.testing.assert_array_equal(got, want)
+
+
+def test_dequantize_inverts_quantize_within_half_a_step():
+    values = np.linspace(-60, 60, 41).astype(np.float32)
+    back = tflite_export.dequantize(tflite_export.quantize(values, INT8), INT8)
+    np.testing.assert_allclose(back, values, atol=0.25 + 1e-6)
+
+
+@pytest.mark.parametrize("function", [tflite_export.quantize, tflite_export.dequantize])
+def test_float_tensors_pass_through(function):
+    values = np.array([1.5, -2.25], np.float32)
+    np.testing.assert_array_equal(function(values, FLOAT), values)
+
+
+def _children(pid):
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/stat") as handle:
+                fields = handle.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if entry.isdigit() and int(fields[1]) == pid:
+            found.append(int(entry))
+    return found
+
+
+def _alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="needs Linux /proc")
+def test_a_killed_parent_takes_its_tflm_worker_along():
+    """Killing an export mid-verification leaves no orphaned worker behind."""
+    tests = pathlib.Path(__file__).resolve().parents[1]
+    script = (
+        "import numpy as np\n"
+        "from tflite_export._child import run_worker\n"
+        "run_worker('sleepy_worker', {'x': np.zeros(1)}, 300)\n"
+    )
+    env = dict(os.environ, PYTHONPATH=f"{tests}{os.pathsep}{tests.parent}")
+    parent = subprocess.Popen([sys.executable, "-c", script], env=env)
+    deadline = time.time() + 60
+    workers = []
+    while not workers and time.time() < deadline:
+        time.sleep(0.2)
+        workers = _children(parent.pid)
+    assert workers, "the worker never started"
+    parent.kill()
+    parent.wait()
+    deadline = time.time() + 10
+    while any(map(_alive, workers)) and time.time() < deadline:
+        time.sleep(0.2)
+    assert not any(map(_alive, workers))

@@ -1,0 +1,45 @@
+import numpy as np
+import pytest
+import tensorflow as tf
+from layer_checks import check_layer
+
+from keras_posenc import LayerNorm
+
+
+def test_layer_checks(tmp_path):
+    x = np.random.normal(size=(3, 4, 6)).astype("float32")
+    check_layer(
+        lambda **kw: LayerNorm(epsilon=1e-3, **kw),
+        x,
+        tmp_path,
+        num_weights=2,
+        expected_output_shape=(3, 4, 6),
+    )
+
+
+def test_equals_the_layer_norm_formula():
+    x = np.random.normal(3.0, 2.0, size=(2, 5, 7)).astype("float32")
+    mean = x.mean(-1, keepdims=True)
+    want = (x - mean) / np.sqrt(x.var(-1, keepdims=True) + 1e-5)
+    np.testing.assert_allclose(LayerNorm()(x).numpy(), want, atol=1e-5)
+
+
+def test_equals_keras_layer_normalization():
+    x = np.random.normal(size=(2, 5, 7)).astype("float32")
+    keras_ln = tf.keras.layers.LayerNormalization(epsilon=1e-5)
+    np.testing.assert_allclose(LayerNorm()(x).numpy(), keras_ln(x).numpy(), atol=1e-5)
+
+
+def test_rejects_bad_epsilon():
+    with pytest.raises(ValueError, match="`epsilon` must be a finite number > 0"):
+        LayerNorm(epsilon=0.0)
+
+
+def test_mixed_float16_does_not_overflow_on_large_inputs():
+    tf.keras.mixed_precision.set_global_policy("mixed_float16")
+    x = (1e6 * np.random.normal(size=(2, 3, 8))).astype("float32")
+    ours = LayerNorm()(x)  # Keras 3's LayerNormalization is finite here too
+    assert ours.dtype == tf.float16
+    centered = x.astype("float64") - x.mean(-1, keepdims=True)
+    want = centered / np.sqrt((centered**2).mean(-1, keepdims=True) + 1e-5)
+    np.testing.assert_allclose(ours.numpy().astype("float64"), want, atol=3e-3)

@@ -1,0 +1,310 @@
+"""Causal language models: causality, cache == recompute, generation, errors."""
+
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_posenc import generation
+from keras_posenc._compat import keras
+from keras_posenc.models import POSITION_METHODS, CausalLM, build_causal_lm
+
+VOCAB = 13
+
+
+def small(position, **kwargs):
+    tf.keras.utils.set_random_seed(3)
+    options = dict(hidden_dim=16, num_layers=2, num_heads=2, max_length=48)
+    options.update(kwargs)
+    return build_causal_lm(VOCAB, position=position, **options)
+
+
+def tokens(batch=2, length=11, seed=0):
+    return (
+        np.random.default_rng(seed).integers(1, VOCAB, (batch, length)).astype("int32")
+    )
+
+
+def cached_logits(model, x, prefill):
+    cache = model.empty_cache(x.shape[0], x.shape[1] + 3)
+    logits, cache = model.call_with_cache(x[:, :prefill], cache, 0)
+    outputs = [logits.numpy()]
+    for t in range(prefill, x.shape[1]):
+        logits, cache = model.call_with_cache(x[:, t : t + 1], cache, t)
+        outputs.append(logits.numpy())
+    return np.concatenate(outputs, axis=1)
+
+
+@pytest.mark.parametrize("position", POSITION_METHODS)
+def test_each_method_is_causal_caches_exactly_and_generates_alike(position):
+    """One model per method, three contracts (keras-hub#2861 lost ALiBi here)."""
+    model = small(position)
+    x = tokens()
+    # Changing token t never changes the logits before t.
+    for t in (0, 5, 10):
+        changed = x.copy()
+        changed[:, t] = changed[:, t] % (VOCAB - 1) + 1
+        before, after = model(x).numpy(), model(changed).numpy()
+        np.testing.assert_allclose(after[:, :t], before[:, :t], atol=1e-6)
+        assert np.abs(after[:, t:] - before[:, t:]).max() > 1e-4  # t is read
+    # Prefill then one token at a time equals the full recompute.
+    x = x[:, :10]
+    np.testing.assert_allclose(cached_logits(model, x, 4), model(x), atol=2e-5)
+    # Greedy tokens with the cache equal tokens recomputed every step.
+    prompts = [[3, 1, 4, 1, 5], [9, 2], [6, 5, 3]]  # different lengths
+    cached = model.generate(prompts, max_new_tokens=7)
+    recomputed = model.generate(prompts, max_new_tokens=7, use_cache=False)
+    np.testing.assert_array_equal(cached, recomputed)
+    assert cached.shape == (3, 5 + 7)
+    for row, prompt in zip(cached, prompts):
+        np.testing.assert_array_equal(row[: len(prompt)], prompt)
+        assert (row[len(prompt) + 7 :] == 0).all()  # padding after the new tokens
+
+
+@pytest.mark.parametrize("position", ["t5", "dynamic_bias"])
+def test_a_shared_bias_is_every_layer_adding_it_and_caches_exactly(position, tmp_path):
+    shared = small(position, share_position_bias=True)
+    separate = small(position)
+    producers = [layer for layer in shared.layers if "bias" in layer.name]
+    assert len(producers) == 1
+    for layer in separate.layers:
+        if layer.name.startswith("attention_") and hasattr(layer, "position_bias"):
+            twin = shared.get_layer(layer.name)
+            assert twin.position_bias is None
+            layer.position_bias.set_weights(producers[0].get_weights())
+            for part in ("query_dense", "key_dense", "value_dense", "output_dense"):
+                getattr(layer, part).set_weights(getattr(twin, part).get_weights())
+        elif layer.weights:
+            layer.set_weights(shared.get_layer(layer.name).get_weights())
+    x = tokens()[:, :10]
+    np.testing.assert_allclose(shared(x), separate(x), atol=1e-5)
+    # Decoding evaluates the shared bias once per step, at the cache's positions.
+    np.testing.assert_allclose(cached_logits(shared, x, 4), shared(x), atol=2e-5)
+    prompts = [[3, 1, 4, 1, 5], [9, 2]]
+    np.testing.assert_array_equal(
+        shared.generate(prompts, 6), shared.generate(prompts, 6, use_cache=False)
+    )
+    shared.save(tmp_path / "lm.keras")
+    loaded = keras.models.load_model(tmp_path / "lm.keras")
+    np.testing.assert_allclose(loaded(x), shared(x), atol=1e-6)
+
+
+#: Block-local variants: one method per kind of position producer.
+WINDOWED = ("learned", "t5", "dynamic_bias", "hybrid", "recursive", "rope", "gated")
+
+
+@pytest.mark.parametrize("position", WINDOWED)
+def test_windowed_caching_and_generation_equal_full_recompute(position):
+    model = small(position, attention_window=3)
+    x = tokens(length=10)
+    np.testing.assert_allclose(cached_logits(model, x, 4), model(x), atol=2e-5)
+    prompts = [[3, 1, 4, 1, 5], [9, 2]]
+    np.testing.assert_array_equal(
+        model.generate(prompts, max_new_tokens=6),
+        model.generate(prompts, max_new_tokens=6, use_cache=False),
+    )
+
+
+def test_greedy_generation_equals_argmax_of_full_logits():
+    """A NumPy oracle: each new token is the argmax at the previous position."""
+    model = small("alibi", attention_window=4)
+    out = model.generate(np.array([[2, 7, 1]]), max_new_tokens=6)
+    logits = model(out).numpy()
+    np.testing.assert_array_equal(out[0, 3:], logits[0, 2:-1].argmax(-1))
+
+
+def test_the_step_is_traced_once_and_reused():
+    model = small("rope")
+    model.generate([[1, 2, 3]], max_new_tokens=20)
+    model.generate([[4, 5, 6]], max_new_tokens=20)
+    _, step = model.compiled_steps(1, 23)
+    assert step.experimental_get_tracing_count() == 1
+
+
+def test_xla_step_gives_the_graph_tokens():
+    model = small("t5")
+    graph = model.generate([[1, 2, 3]], max_new_tokens=5)
+    xla = model.generate([[1, 2, 3]], max_new_tokens=5, jit_compile=True)
+    np.testing.assert_array_equal(graph, xla)
+
+
+def scripted(preferences, vocab=6):
+    """prefill/step whose logits prefer `preferences[t]` at position t."""
+
+    def logits(t, batch):
+        row = np.zeros((batch, vocab))
+        row[:, preferences[t]] = 5.0
+        return row
+
+    return (lambda x: logits(x.shape[1] - 1, len(x))), (lambda x, t: logits(t, len(x)))
+
+
+def test_stop_tokens_end_a_row_and_the_rest_is_padding():
+    prefill, step = scripted([1, 2, 3, 4, 5, 3, 1, 1, 1])
+    prompts, lengths = generation.check_prompts([[1, 1], [1, 1, 1]], pad_token_id=0)
+    out = generation.generate_tokens(
+        prefill, step, prompts, lengths, 5, stop_token_ids=[4], pad_token_id=0
+    )
+    # Slot t gets the preference of position t - 1; 4 stops both rows.
+    np.testing.assert_array_equal(out[0], [1, 1, 2, 3, 4, 0, 0, 0])
+    np.testing.assert_array_equal(out[1], [1, 1, 1, 3, 4, 0, 0, 0])
+
+
+def test_samplers_against_numpy_oracles():
+    logits = np.log(np.array([[0.5, 0.3, 0.15, 0.05]]))
+    rng = np.random.default_rng(0)
+    picks = [
+        generation.sample(logits, "top_k", 1.0, 2, 1.0, rng)[0] for _ in range(400)
+    ]
+    assert set(picks) == {0, 1}
+    assert abs(np.mean(np.array(picks) == 0) - 0.5 / 0.8) < 0.08
+    picks = [
+        generation.sample(logits, "top_p", 1.0, 50, 0.7, rng)[0] for _ in range(400)
+    ]
+    assert set(picks) == {0, 1}  # 0.5 < 0.7 <= 0.8: the first two tokens
+    assert generation.sample(logits, "top_p", 1.0, 50, 0.1, rng)[0] == 0
+    assert generation.sample(logits, "greedy", 1.0, 50, 1.0, rng)[0] == 0
+
+
+def test_seeded_sampling_is_reproducible_and_top_k_one_is_greedy():
+    model = small("xpos")
+    first = model.generate([[1, 2]], 8, sampler="top_p", seed=7, temperature=2.0)
+    again = model.generate([[1, 2]], 8, sampler="top_p", seed=7, temperature=2.0)
+    np.testing.assert_array_equal(first, again)
+    greedy = model.generate([[1, 2]], 8)
+    np.testing.assert_array_equal(model.generate([[1, 2]], 8, "top_k", top_k=1), greedy)
+
+
+def test_fit_save_and_load_round_trip(tmp_path):
+    model = small("hybrid", dropout=0.1)
+    x = tokens(batch=8, length=12)
+    model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    history = model.fit(x[:, :-1], x[:, 1:], epochs=2, verbose=0)
+    assert np.isfinite(history.history["loss"]).all()
+    path = os.path.join(tmp_path, "lm.keras")
+    model.save(path)
+    loaded = keras.models.load_model(path)
+    assert isinstance(loaded, CausalLM)
+    assert loaded.get_config() == model.get_config()
+    np.testing.assert_allclose(loaded(x), model(x), atol=1e-6)
+    np.testing.assert_array_equal(
+        loaded.generate([[1, 2]], 5), model.generate([[1, 2]], 5)
+    )
+
+
+def test_config_holds_every_constructor_argument():
+    import inspect
+
+    model = small("clipped", attention_window=4, position_options={"max_distance": 5})
+    arguments = set(inspect.signature(CausalLM.__init__).parameters) - {
+        "self",
+        "kwargs",
+    }
+    assert arguments <= set(model.get_config())
+    assert model.get_config()["position_options"] == {"max_distance": 5}
+
+
+@pytest.mark.parametrize(
+    "call, match",
+    [
+        (lambda m: m.generate([[1, 2]], 0), "max_new_tokens"),
+        (lambda m: m.generate([[1, 2]], 3, sampler="beam"), "sampler"),
+        (lambda m: m.generate([[1, 2]], 3, "top_p", top_p=0.0), "top_p"),
+        (lambda m: m.generate([[1, 2]], 3, "top_p", top_p=1.5), "top_p"),
+        (lambda m: m.generate([[1, 2]], 3, "top_k", top_k=0), "top_k"),
+        (lambda m: m.generate([[1, 2]], 3, temperature=0.0), "temperature"),
+        (lambda m: m.generate([[]], 3), "prompt_ids"),
+        (lambda m: m.generate(np.ones((2, 3, 1), "int32"), 3), "prompt_ids"),
+        (lambda m: m.generate([[1, 2]], 3, use_cache="yes"), "use_cache"),
+    ],
+)
+def test_bad_generation_arguments_are_refused(call, match):
+    with pytest.raises((ValueError, TypeError), match=match):
+        call(small("none", num_layers=1))
+
+
+def test_a_prompt_past_the_learned_table_is_refused():
+    model = small("learned", max_length=8)
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        model.generate([[1, 2, 3]], max_new_tokens=6)
+
+
+@pytest.mark.parametrize("position", ["t5", "clipped", "alibi"])
+def test_a_bidirectional_bias_is_refused(position):
+    with pytest.raises(ValueError, match="bidirectional"):
+        build_causal_lm(
+            VOCAB, position=position, position_options={"bidirectional": True}
+        )
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"position": "alibi2"}, "position"),
+        ({"hidden_dim": 10, "num_heads": 4}, "hidden_dim"),
+        (
+            {"position": "learned", "sequence_length": 64, "max_length": 32},
+            "max_length",
+        ),
+        ({"attention_window": 0}, "attention_window"),
+        ({"position_options": {"nope": 1}}, "position_options"),
+        ({"position": "rope", "share_position_bias": True}, "share_position_bias"),
+        (
+            {"position": "t5", "share_position_bias": True, "attention_window": 4},
+            "share_position_bias` must be False with block-local",
+        ),
+    ],
+)
+def test_bad_model_arguments_are_refused(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        build_causal_lm(VOCAB, **kwargs)
+
+
+def test_causal_clipped_table_mean_matches_a_numpy_oracle():
+    from keras_posenc import ops
+
+    table = np.random.default_rng(1).normal(size=(7, 3)).astype("float32")  # M = 3
+    start, length = 2, 6
+    expected = np.stack(
+        [
+            np.mean([table[np.clip(j - i, -3, 3) + 3] for j in range(i + 1)], axis=0)
+            for i in range(start, start + length)
+        ]
+    )
+    got = ops.clipped_table_mean(table, length, 99, start_index=start, causal=True)
+    np.testing.assert_allclose(got, expected, atol=1e-6)
+
+
+def test_causal_gated_fusion_table_and_dense_forms_agree():
+    from keras_posenc import GatedPositionFusion, ops
+
+    fusion = GatedPositionFusion(causal=True)
+    absolute = tf.random.normal((2, 5, 4))
+    table = tf.random.normal((5, 4))  # M = 2
+    dense = ops.dense_relative_table(table, 5, 5)[None]  # (1, T, S, D)
+    dense = tf.broadcast_to(dense, (2, 5, 5, 4))
+    np.testing.assert_allclose(
+        fusion(absolute, table), fusion(absolute, dense), atol=1e-5
+    )
+    assert GatedPositionFusion.from_config(fusion.get_config()).causal
+
+
+def test_causal_convolution_state_decoding_equals_the_whole_sequence():
+    from keras_posenc import HierarchicalPositionNetwork
+
+    hpn = HierarchicalPositionNetwork(
+        4, 1, position_features="conv", kernel_size=5, causal=True
+    )
+    x = tf.random.normal((2, 9, 4))
+    whole = hpn(x, 0).numpy()
+    changed = hpn(tf.concat([x[:, :6], x[:, 6:] + 1.0], axis=1), 0).numpy()
+    np.testing.assert_allclose(changed[:, :6], whole[:, :6], atol=1e-6)
+    out, state = hpn(x[:, :3], 0, state=tf.zeros((2, 12, 4)), start_index=0)
+    pieces = [out.numpy()]
+    for t in range(3, 9):
+        out, state = hpn(x[:, t : t + 1], 0, state=state, start_index=t)
+        pieces.append(out.numpy())
+    np.testing.assert_allclose(np.concatenate(pieces, axis=1), whole, atol=1e-5)
+    with pytest.raises(ValueError, match="state"):
+        HierarchicalPositionNetwork(4, 1)(x, 0, state=state)

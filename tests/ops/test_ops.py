@@ -1,0 +1,146 @@
+import numpy as np
+import pytest
+from oracles import sinusoid_oracle, t5_bucket_oracle
+
+from keras_posenc import ops
+
+
+@pytest.mark.parametrize("width", [8, 7, 64])
+def test_sinusoid_matches_the_formula(width):
+    positions = np.array([0.0, 1.0, 5.0, 37.5, 1000.0])
+    got = ops.sinusoid(positions, width, 10000.0).numpy()
+    np.testing.assert_allclose(got, sinusoid_oracle(positions, width, 1e4), atol=1e-4)
+
+
+def test_sinusoid_first_position_is_sin0_cos0():
+    got = ops.sinusoid(np.array([0.0]), 6, 10000.0).numpy()
+    np.testing.assert_array_equal(got, [[0, 1, 0, 1, 0, 1]])
+
+
+@pytest.mark.parametrize("bidirectional", [True, False])
+@pytest.mark.parametrize(
+    "num_buckets,max_distance", [(32, 128), (16, 64), (64, 256), (8, 20)]
+)
+def test_t5_buckets_match_mesh_tensorflow(bidirectional, num_buckets, max_distance):
+    relative = np.arange(-300, 301, dtype=np.int32)
+    got = ops.t5_relative_position_bucket(
+        relative, bidirectional, num_buckets, max_distance
+    ).numpy()
+    want = t5_bucket_oracle(relative, bidirectional, num_buckets, max_distance)
+    np.testing.assert_array_equal(got, want)
+    assert got.min() >= 0 and got.max() < num_buckets
+
+
+def test_t5_buckets_known_values():
+    # T5 defaults: past keys get buckets 0..15, future keys 16..31; the
+    # first 8 distances are exact and far distances share the last bucket.
+    rel = np.array([0, -1, -7, -300, 1, 7, 300], dtype=np.int32)
+    got = ops.t5_relative_position_bucket(rel, True, 32, 128).numpy()
+    np.testing.assert_array_equal(got, [0, 1, 7, 15, 17, 23, 31])
+    causal = ops.t5_relative_position_bucket(rel, False, 32, 128).numpy()
+    np.testing.assert_array_equal(causal, [0, 1, 7, 31, 0, 0, 0])
+
+
+def test_clipped_index_clips_to_the_window():
+    rel = np.array([-9, -3, 0, 2, 9])
+    np.testing.assert_array_equal(
+        ops.clipped_relative_index(rel, 3, True).numpy(), [0, 0, 3, 5, 6]
+    )
+    np.testing.assert_array_equal(
+        ops.clipped_relative_index(rel, 3, False).numpy(), [0, 0, 3, 3, 3]
+    )
+
+
+def test_alibi_slopes_for_8_heads_are_powers_of_one_half():
+    np.testing.assert_allclose(ops.alibi_slopes(8), [2.0**-k for k in range(1, 9)])
+
+
+def test_alibi_slopes_for_12_heads_follow_the_paper_rule():
+    # 8 slopes of the closest power of two, then every other slope of 16 heads.
+    want = [2.0**-k for k in range(1, 9)] + [2.0**-k for k in (0.5, 1.5, 2.5, 3.5)]
+    np.testing.assert_allclose(ops.alibi_slopes(12), want, rtol=1e-6)
+
+
+def test_alibi_bidirectional_heads_tell_left_from_right():
+    rel = ops.relative_positions(np.arange(5.0), np.arange(5.0))
+    bias = ops.alibi_bias(rel, 2, bidirectional=True).numpy()  # (2, 5, 5)
+    m = ops.alibi_slopes(2)
+    # Head 0 looks left: the key one step left costs m, one step right 2m.
+    assert bias[0, 2, 1] == pytest.approx(-m[0])
+    assert bias[0, 2, 3] == pytest.approx(-2 * m[0])
+    assert bias[1, 2, 1] == pytest.approx(-2 * m[1])
+    assert bias[1, 2, 3] == pytest.approx(-m[1])
+
+
+def test_alibi_causal_is_minus_slope_times_distance():
+    rel = ops.relative_positions(np.arange(4.0), np.arange(4.0))
+    bias = ops.alibi_bias(rel, 8, bidirectional=False).numpy()
+    want = -ops.alibi_slopes(8)[:, None, None] * np.abs(
+        np.arange(4)[None, :] - np.arange(4)[:, None]
+    )
+    np.testing.assert_allclose(bias, want)
+
+
+def test_causal_mask_static_and_dynamic_agree():
+    import tensorflow as tf
+
+    static = ops.causal_mask(4, 6).numpy()
+    dynamic = ops.causal_mask(tf.constant(4), tf.constant(6)).numpy()
+    np.testing.assert_array_equal(static, np.tril(np.ones((4, 6), bool)))
+    np.testing.assert_array_equal(dynamic, static)
+
+
+def test_clipped_table_mean_with_a_key_count_per_example():
+    table = np.random.default_rng(2).normal(size=(5, 3)).astype("float32")  # M = 2
+    counts = np.array([3, 6])
+    want = np.stack(
+        [
+            [
+                np.mean([table[np.clip(j - i, -2, 2) + 2] for j in range(n)], axis=0)
+                for i in range(6)
+            ]
+            for n in counts
+        ]
+    )
+    got = ops.clipped_table_mean(table, 6, counts.astype("int32"))
+    np.testing.assert_allclose(got, want, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "length,keys,block",
+    [(5, 8, None), (8, 5, None), (6, 6, None)] + [(7, 5, 10), (5, 8, 16), (6, 6, 1)],
+)
+def test_toeplitz_and_its_gradient_match_numpy(length, keys, block, monkeypatch):
+    # `block`: elements per head the gradient sums at once (7 rows of 5 in
+    # blocks of 2 rows with a last of 1; 5 rows of 8 in blocks of 2; 1 row).
+    import tensorflow as tf
+
+    from keras_posenc.ops import _toeplitz
+
+    if block is not None:
+        monkeypatch.setattr(_toeplitz, "TOEPLITZ_BLOCK", block)
+
+    rng = np.random.default_rng(length * keys)
+    row = rng.normal(size=(3, length + keys - 1)).astype("float32")
+    upstream = rng.normal(size=(3, length, keys)).astype("float32")
+    distance = np.arange(keys)[None, :] - np.arange(length)[:, None] + length - 1
+    want_grad = np.zeros_like(row)
+    np.add.at(want_grad, (slice(None), distance), upstream)  # sum per diagonal
+
+    def value_and_grad(row_tensor, t, s):
+        with tf.GradientTape() as tape:
+            tape.watch(row_tensor)
+            out = ops.toeplitz(row_tensor, t, s)
+            loss = tf.reduce_sum(out * upstream)
+        return out, tape.gradient(loss, row_tensor)
+
+    spec = tf.TensorSpec([3, None], tf.float32)
+    dynamic = tf.function(  # lengths known only at run time
+        lambda r: value_and_grad(r, tf.shape(upstream)[1], tf.shape(upstream)[2]),
+        input_signature=[spec],
+    )
+    xla = tf.function(lambda r: value_and_grad(r, length, keys), jit_compile=True)
+    for run in (lambda r: value_and_grad(r, length, keys), dynamic, xla):
+        out, grad = run(tf.constant(row))
+        np.testing.assert_allclose(out.numpy(), row[:, distance], rtol=1e-6)
+        np.testing.assert_allclose(grad.numpy(), want_grad, rtol=1e-5, atol=1e-5)
