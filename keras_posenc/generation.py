@@ -5,12 +5,17 @@
 LiteRT / TFLM models decode with one loop and one set of samplers.
 """
 
+import numbers
+
 import numpy as np
 
 from keras_posenc import _checks
 
 #: The samplers `generate` takes.
 SAMPLERS = ("greedy", "top_k", "top_p")
+#: The smallest `temperature`: below it the scaled logits overflow float64
+#: (use `sampler="greedy"` for the limit of a temperature going to 0).
+MIN_TEMPERATURE = 1e-6
 
 
 def check_prompts(prompt_ids, pad_token_id=0):
@@ -34,6 +39,16 @@ def check_prompts(prompt_ids, pad_token_id=0):
         _checks.fail("prompt_ids", "a non-empty batch of prompts", prompt_ids)
     if not all(isinstance(row, (list, tuple, np.ndarray)) for row in rows):
         _checks.fail("prompt_ids", "a list of token lists", prompt_ids, error=TypeError)
+    for row in rows:
+        for token in row:
+            if not _is_int(token):
+                _checks.fail(
+                    "prompt_ids",
+                    "integer token ids (a float id is never truncated)",
+                    token,
+                    error=TypeError,
+                )
+    pad_token_id = _integer("pad_token_id", pad_token_id)
     lengths = np.array([len(row) for row in rows], dtype=np.int32)
     if lengths.min() < 1:
         _checks.fail("prompt_ids", "prompts of at least one token", lengths.tolist())
@@ -41,6 +56,20 @@ def check_prompts(prompt_ids, pad_token_id=0):
     for b, row in enumerate(rows):
         prompts[b, : len(row)] = row
     return prompts, lengths
+
+
+def check_vocabulary(prompts, lengths, vocab_size):
+    """Every real prompt token (not the padding) must be an id in `[0, V)`."""
+    real = np.arange(prompts.shape[1])[None, :] < lengths[:, None]
+    bad = real & ((prompts < 0) | (prompts >= vocab_size))
+    if bad.any():
+        row, column = np.argwhere(bad)[0]
+        _checks.fail(
+            "prompt_ids",
+            f"token ids in [0, vocab_size={vocab_size})",
+            int(prompts[row, column]),
+            fix=f"Found at row {row}, position {column}",
+        )
 
 
 def sampling_options(
@@ -55,31 +84,72 @@ def sampling_options(
 ):
     """The checked decoding arguments of `generate`, as `generate_tokens` takes them.
 
-    A plain dict (JSON-serialisable), so one set of arguments is validated
-    once and passed on whole, to a Keras loop or to an interpreter's.
+    A plain dict of Python values (JSON-serialisable; NumPy scalars are
+    accepted wherever Python numbers are), so one set of arguments is
+    validated once and passed on whole, to a Keras loop or to an interpreter's.
     """
-    _checks.positive_int("max_new_tokens", max_new_tokens)
+    max_new_tokens = _checks.positive_int("max_new_tokens", max_new_tokens)
     _checks.choice("sampler", sampler, SAMPLERS)
-    _checks.positive_float("temperature", temperature)
-    _checks.positive_int("top_k", top_k)
-    if isinstance(top_p, bool) or not isinstance(top_p, (int, float)):
+    temperature = _checks.positive_float("temperature", temperature)
+    if temperature < MIN_TEMPERATURE:
+        _checks.fail(
+            "temperature",
+            f"a number >= {MIN_TEMPERATURE}",
+            temperature,
+            fix="Use sampler='greedy' for the most likely token",
+        )
+    top_k = _checks.positive_int("top_k", top_k)
+    if isinstance(top_p, bool) or not isinstance(top_p, numbers.Real):
         _checks.fail("top_p", "a float in (0, 1]", top_p, error=TypeError)
     if not 0.0 < top_p <= 1.0:
         _checks.fail("top_p", "a float in (0, 1]", top_p)
+    if seed is not None:
+        seed = _checks.positive_int("seed", seed, minimum=0)
     return dict(
         max_new_tokens=max_new_tokens,
         sampler=sampler,
         temperature=temperature,
         top_k=top_k,
-        top_p=top_p,
+        top_p=float(top_p),
         seed=seed,
-        stop_token_ids=[int(token) for token in stop_token_ids or ()],
-        pad_token_id=pad_token_id,
+        stop_token_ids=_stop_tokens(stop_token_ids),
+        pad_token_id=_integer("pad_token_id", pad_token_id),
     )
 
 
+def _is_int(value):
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _integer(name, value):
+    if not _is_int(value):
+        _checks.fail(name, "an integer", value, error=TypeError)
+    return int(value)
+
+
+def _stop_tokens(value):
+    """None, one id, or ids in a list, tuple or 1-D array -> a list of ints."""
+    if value is None:
+        return []
+    if _is_int(value):
+        return [int(value)]
+    if isinstance(value, np.ndarray):
+        value = value.tolist() if value.ndim == 1 else value
+    if not isinstance(value, (list, tuple)) or not all(_is_int(v) for v in value):
+        _checks.fail(
+            "stop_token_ids",
+            "None, a token id, or a list of integer token ids",
+            value,
+            error=TypeError,
+        )
+    return [int(v) for v in value]
+
+
 def sample(logits, sampler, temperature, top_k, top_p, rng):
-    """Next tokens `(B,)` from float logits `(B, V)` (NumPy)."""
+    """Next tokens `(B,)` from float logits `(B, V)` (NumPy).
+
+    `rng` is a NumPy `Generator` for every row, or a list of one per row.
+    """
     logits = np.asarray(logits, dtype=np.float64)
     if sampler == "greedy":
         return np.argmax(logits, axis=-1).astype(np.int32)
@@ -94,7 +164,8 @@ def sample(logits, sampler, temperature, top_k, top_p, rng):
         keep = np.cumsum(probs, axis=-1) - probs < top_p
     probs = np.where(keep, probs, 0.0)
     probs /= probs.sum(axis=-1, keepdims=True)
-    picks = [rng.choice(len(row), p=row) for row in probs]
+    rngs = [rng] * len(probs) if isinstance(rng, np.random.Generator) else rng
+    picks = [r.choice(len(row), p=row) for row, r in zip(probs, rngs)]
     return order[np.arange(len(picks)), picks].astype(np.int32)
 
 
@@ -111,6 +182,7 @@ def generate_tokens(
     seed=None,
     stop_token_ids=None,
     pad_token_id=0,
+    rows=None,
 ):
     """The decoding loop: `(B, P + max_new_tokens)` prompts and new tokens.
 
@@ -118,20 +190,26 @@ def generate_tokens(
     `T` tokens at positions `0 .. T-1`; `step(tokens (B, 1), t)` those of one
     token at position `t`. Each row continues right after its own prompt;
     slots past its `max_new_tokens` new tokens or its stop token hold
-    `pad_token_id`.
+    `pad_token_id` (any integer, -1 included: a finished row feeds the model
+    token 0, whose logits are never read). Each row samples from its own
+    random stream, seeded by `(seed, row)` with `rows` the rows' indices in
+    the caller's batch (default `0 .. B-1`), so a row's tokens do not depend
+    on the batch it is decoded in and equal prompts still draw different
+    samples.
     """
     batch, prompt_length = prompts.shape
     total = prompt_length + max_new_tokens
     out = np.full((batch, total), pad_token_id, dtype=np.int32)
     out[:, :prompt_length] = prompts
     stops = np.array(sorted(set(stop_token_ids or ())), dtype=np.int32)
-    rng = np.random.default_rng(seed)
+    rows = range(batch) if rows is None else rows
+    rngs = [np.random.default_rng(None if seed is None else [seed, r]) for r in rows]
     end = lengths + max_new_tokens  # first slot after each row's new tokens
     done = np.zeros(batch, dtype=bool)
     start = int(lengths.min())
     logits = prefill(out[:, :start])
     for t in range(start, total):
-        chosen = sample(logits, sampler, temperature, top_k, top_p, rng)
+        chosen = sample(logits, sampler, temperature, top_k, top_p, rngs)
         prompted = t < lengths
         active = ~prompted & ~done & (t < end)
         out[:, t] = np.where(
@@ -140,5 +218,6 @@ def generate_tokens(
         done |= active & np.isin(chosen, stops)
         if np.all(done | (t + 1 >= end)) or t + 1 == total:
             break
-        logits = step(out[:, t : t + 1], t)
+        fed = np.where(prompted | active, out[:, t], 0)  # finished rows: id 0
+        logits = step(fed[:, None].astype(np.int32), t)
     return out

@@ -72,6 +72,11 @@ def set_rope_scaling(
     Returns:
         The number of `RotaryEmbedding` layers switched.
     """
+    if not isinstance(model, keras.layers.Layer):
+        raise TypeError(
+            "`model` must be a keras.Model or layer holding RotaryEmbedding "
+            f"layers. Received: model={model!r}"
+        )
     scaling = _rope_checks.rope_scaling(
         rope_type, scaling_factor, original_max_position_embeddings, type_parameters
     )
@@ -91,12 +96,25 @@ def set_rope_scaling(
             layer.xpos_scale_base,
         )
         if layer.built:
-            _rope_checks.factor_lists(scaling[2], layer.rotary_width // 2)
+            _rope_checks.rotary_width(  # r is known: the new type's limits
+                layer.rotary_width,
+                layer.rotary_width,
+                layer.coordinate_dim,
+                layer.sections,
+                scaling.rope_parameters,
+                rope_type,
+            )
     for layer in layers:
         layer.rope_type = rope_type
-        layer.scaling_factor, layer.original_max_position_embeddings = scaling[:2]
-        layer.rope_parameters = scaling[2]
+        layer.scaling_factor = scaling.scaling_factor
+        layer.original_max_position_embeddings = (
+            scaling.original_max_position_embeddings
+        )
+        layer.rope_parameters = scaling.rope_parameters
     for name in ("predict_function", "test_function", "train_function"):
         if getattr(model, name, None) is not None:
             setattr(model, name, None)
+    clear = getattr(model, "clear_compiled_steps", None)  # a CausalLM's
+    if clear is not None:
+        clear()
     return len(layers)

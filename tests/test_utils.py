@@ -103,3 +103,39 @@ def test_set_rope_scaling_switches_between_length_dependent_types():
             **extra,
         )
         assert np.all(np.isfinite(model(ids).numpy())), rope_type
+
+
+def test_set_rope_scaling_resets_generation_and_travels_with_the_model(tmp_path):
+    tf.keras.utils.set_random_seed(2)
+    model = models.build_causal_lm(
+        13, hidden_dim=16, num_layers=1, num_heads=2, position="rope", max_length=32
+    )
+    prompts = [[3, 1, 4, 1, 5, 9, 2, 6]]
+    model.generate(prompts, 8)  # traces the steps with the old frequencies
+    utils.set_rope_scaling(model, "linear", scaling_factor=8.0)
+    scaled = model.generate(prompts, 8)
+    # A fresh model built with the scaling and the same weights: same tokens.
+    config = model.get_config()
+    assert config["position_options"]["rope_type"] == "linear"
+    assert config["position_options"]["scaling_factor"] == 8.0
+    fresh = models.CausalLM.from_config(config)
+    fresh.set_weights(model.get_weights())
+    np.testing.assert_array_equal(fresh.generate(prompts, 8), scaled)
+    ids = np.array(prompts, "int32")
+    np.testing.assert_allclose(fresh(ids), model(ids), atol=1e-6)
+    model.save(tmp_path / "scaled.keras")
+    loaded = keras.models.load_model(tmp_path / "scaled.keras")
+    np.testing.assert_allclose(loaded(ids), model(ids), atol=1e-6)
+
+
+def test_set_rope_scaling_refuses_a_non_model_and_bad_parameters():
+    with pytest.raises(TypeError, match="model"):
+        utils.set_rope_scaling(None)
+    model = models.build_encoder(
+        vocab_size=9, hidden_dim=8, num_heads=2, position="rope"
+    )
+    model(np.ones((1, 4), "int32"))
+    before = [layer.get_config() for layer in model.layers]
+    with pytest.raises(ValueError, match="beta_fast"):
+        utils.set_rope_scaling(model, "yarn", 2.0, 8, beta_fast=0)
+    assert [layer.get_config() for layer in model.layers] == before

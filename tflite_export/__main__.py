@@ -37,16 +37,30 @@ def parse_args(argv):
     parser.add_argument("--calibration", type=pathlib.Path, required=True)
     parser.add_argument("--out", type=pathlib.Path, required=True)
     parser.add_argument("--mode", choices=MODES, default="int8")
-    parser.add_argument("--sequence-length", type=int, default=None)
+    parser.add_argument("--sequence-length", type=_positive_int, default=None)
     parser.add_argument("--c-array", action="store_true", help="also write OUT.cc")
     parser.add_argument("--force", action="store_true", help="overwrite outputs")
     parser.add_argument(
         "--target", choices=("litert", "tflm"), default=None, help="causal LMs only"
     )
     parser.add_argument(
-        "--max-length", type=int, default=None, help="causal LMs: the cache length"
+        "--max-length",
+        type=_positive_int,
+        default=None,
+        help="causal LMs: the cache length (default 64)",
     )
     return parser.parse_args(argv)
+
+
+def _positive_int(text):
+    """An argparse type: a whole number >= 1 (0 and negatives are refused)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, not {text!r}")
+    return value
 
 
 def check_paths(args):
@@ -237,7 +251,7 @@ def _export_causal_lm(args, model, x):
         raise ValueError(
             f"--mode must be int8 or float32 for a causal LM, not {args.mode}"
         )
-    length = args.max_length or 64
+    length = 64 if args.max_length is None else args.max_length
     ids = check_calibration_ids(model, x)
     target = args.target or "litert"
     try:

@@ -38,7 +38,8 @@ def convert_causal_lm(
 ):
     """TFLite bytes of a causal LM with its KV cache as inputs and outputs.
 
-    Signature `decode` (the only one for `target="tflm"`): inputs `token`
+    Signature `decode` (the only one for `target="tflm"` and for rotary
+    types whose frequencies depend on the current length): inputs `token`
     `(1, 1)` int32, `index` `()` int32 (the token's position) and
     `cache_0 .. cache_{n-1}` (`model.cache_shapes(1, max_length)`); outputs
     `logits` `(1, 1, V)` and the updated caches. Signature `prefill`
@@ -54,7 +55,9 @@ def convert_causal_lm(
     at the runtime index: TFLM runs `"longrope"`'s; `"dynamic"` (a power of
     the length) and any length-dependent type with xPos (an exponential of
     the position) would need an int8 EXP, which TFLM lacks, and are refused
-    for TFLM before converting.
+    for TFLM before converting. A length-dependent type has no `prefill`
+    signature (a padded prompt would read `max_length` as its length):
+    generation reads the prompt through `decode`, token by token.
 
     Args:
         model: a `CausalLM` (`keras_posenc.models.build_causal_lm`).
@@ -105,7 +108,10 @@ def convert_causal_lm(
                     "EXP fails to prepare); export it with target='litert'"
                 )
     ids = check_calibration_ids(model, calibration_ids)
-    keys = ["decode"] if target == "tflm" else ["prefill", "decode"]
+    keys = ["prefill", "decode"]
+    # A padded prefill would read max_length as a length-dependent type's length.
+    if target == "tflm" or model.reads_current_length:
+        keys = ["decode"]
     with tempfile.TemporaryDirectory() as folder:
         path = os.path.join(folder, "saved_model")
         with keras_posenc.ops.bounded_masking(), static_decoding():

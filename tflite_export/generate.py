@@ -63,7 +63,14 @@ def generate_tflite(
         stop_token_ids,
         pad_token_id,
     )
-    capacity = cache_length(model_bytes)
+    capacity, vocab_size, signatures = _model_facts(model_bytes)
+    if runtime == "tflm" and "prefill" in signatures:
+        _fail(
+            "model_bytes",
+            "a TFLM export (convert_causal_lm(..., target='tflm')) for runtime='tflm'",
+            f"a LiteRT export with signatures {sorted(signatures)}",
+        )
+    generation.check_vocabulary(prompts, lengths, vocab_size)
     if prompts.shape[1] > capacity:
         _fail(
             "prompt_ids",
@@ -93,6 +100,7 @@ def decode_rows(decoder, prompts, lengths, options):
             decoder.step,
             prompts[b : b + 1, :length],
             lengths[b : b + 1],
+            rows=(b,),  # the row's own random stream, as in CausalLM.generate
             **options,
         )
         out[b, : row.shape[1]] = row[0]
@@ -101,12 +109,25 @@ def decode_rows(decoder, prompts, lengths, options):
 
 def cache_length(model_bytes):
     """The cache length S of a converted LM (its `decode` cache inputs)."""
+    return _model_facts(model_bytes)[0]
+
+
+def _model_facts(model_bytes):
+    """`(cache length S, vocabulary V, signature names)` of a converted LM."""
     from ai_edge_litert.interpreter import Interpreter
 
-    runner = Interpreter(model_content=bytes(model_bytes)).get_signature_runner(
-        "decode"
-    )
-    return int(runner.get_input_details()["cache_0"]["shape"][2])
+    interpreter = Interpreter(model_content=bytes(model_bytes))
+    signatures = interpreter.get_signature_list()
+    if "decode" not in signatures:
+        _fail(
+            "model_bytes",
+            "a causal LM export of convert_causal_lm (a decode signature)",
+            f"signatures {sorted(signatures)}",
+        )
+    runner = interpreter.get_signature_runner("decode")
+    cache = runner.get_input_details()["cache_0"]["shape"][2]
+    vocab = runner.get_output_details()["logits"]["shape"][-1]
+    return int(cache), int(vocab), set(signatures)
 
 
 class Decoder:

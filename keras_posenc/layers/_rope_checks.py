@@ -1,13 +1,22 @@
 """Argument checks of `RotaryEmbedding`, shared with `utils.set_rope_scaling`."""
 
 import numbers
+from typing import NamedTuple
 
 from keras_posenc import _checks
 from keras_posenc.ops.rotary import ROPE_TYPES
 
 
+class Scaling(NamedTuple):
+    """A checked context scaling of `RotaryEmbedding`."""
+
+    scaling_factor: float
+    original_max_position_embeddings: int
+    rope_parameters: dict
+
+
 def rope_scaling(rope_type, scaling_factor, original_max_position_embeddings, params):
-    """Checks a scaling; returns `(scaling_factor, original, params)` validated.
+    """Checks a scaling; returns it validated, as a `Scaling`.
 
     `params` are the type's other parameters (`rope_parameters`): only names
     the type takes, each required one present.
@@ -39,6 +48,7 @@ def rope_scaling(rope_type, scaling_factor, original_max_position_embeddings, pa
             f"a dict with keys among {sorted(allowed)} for rope_type={rope_type!r}",
             params,
         )
+    _check_type_parameters(rope_type, dict(record.defaults, **params))
     given = dict(params, scaling_factor=scaling_factor)
     given["original_max_position_embeddings"] = original
     for name in record.required:
@@ -49,7 +59,37 @@ def rope_scaling(rope_type, scaling_factor, original_max_position_embeddings, pa
                 None,
                 fix=f"rope_type={rope_type!r} needs {list(record.required)}",
             )
-    return float(scaling_factor), original, params
+    return Scaling(float(scaling_factor), original, params)
+
+
+def _positive(name, value, allow_none=False):
+    if value is None and allow_none:
+        return
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        _checks.fail(name, "a finite number > 0", value, error=TypeError)
+    if not 0 < value < float("inf"):
+        _checks.fail(name, "a finite number > 0", value)
+
+
+def _check_type_parameters(rope_type, params):
+    """Ranges of the type's own parameters (each would break the frequencies)."""
+    for name in ("beta_fast", "beta_slow", "low_freq_factor", "high_freq_factor"):
+        if name in params:
+            _positive(name, params[name])
+    if "attention_factor" in params:
+        _positive("attention_factor", params["attention_factor"], allow_none=True)
+    if "truncate" in params:
+        _checks.boolean("truncate", params["truncate"])
+    for low, high in (
+        ("beta_slow", "beta_fast"),
+        ("low_freq_factor", "high_freq_factor"),
+    ):
+        if low in params and high in params and not params[high] > params[low]:
+            _checks.fail(
+                high,
+                f"greater than {low}={params[low]} for rope_type={rope_type!r}",
+                params[high],
+            )
 
 
 def factor_lists(params, half):
@@ -103,11 +143,19 @@ def coordinates(
     return coordinate_dim, grid_shape, sections_, learned
 
 
-def rotary_width(rotary_dim, head_size, coordinate_dim, sections_, params):
+def rotary_width(
+    rotary_dim, head_size, coordinate_dim, sections_, params, rope_type="default"
+):
     """r, checked against the head size H once it is known (at build)."""
     r = rotary_dim or head_size
     if r % 2 or r > head_size:
         _checks.fail("rotary_dim", f"even and <= the head size {head_size}", r)
+    if r == 2 and rope_type in ("ntk", "dynamic"):  # their base has r / (r - 2)
+        _checks.fail(
+            "rotary_dim",
+            f">= 4 for rope_type={rope_type!r} (its base is raised to r / (r - 2))",
+            r,
+        )
     sections(sections_, coordinate_dim, r // 2)
     factor_lists(params, r // 2)
     if coordinate_dim > 1 and not sections_ and (r // 2) % coordinate_dim:

@@ -5,6 +5,7 @@ the dense, block-local and cached attention paths, and their checks.
 """
 
 import math
+import numbers
 
 import tensorflow as tf
 
@@ -372,6 +373,9 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         """1/sqrt(H), the factor on the queries."""
         return 1.0 / math.sqrt(self.key_dim)
 
+    def _length_dependent(self):
+        return ops.rotary.ROPE_TYPES[self.rotary.rope_type].length_dependent
+
     def _scale_in_rotation(self):
         rotary = self.rotary
         return rotary is not None and rotary.rotary_width == self.key_dim
@@ -429,10 +433,14 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         positions=None,
         key_positions=None,
         max_length=None,
+        length=None,
     ):
         """`rotary` applied to heads-last `(B, T|S, N, H)` at their true positions.
 
         Scales the queries by 1/sqrt(H) when `project` left it to the rotation.
+        A length-dependent rotary type reads one current length for both
+        sides: `length` when given (a decoding step: the tokens so far), else
+        the largest position + 1.
         `max_length` is the cache length S_max of a decoding step: inside
         `ops.cache.static_decoding()`, the cos and sin of every cached
         position then fold into a constant and the step gathers the rows of
@@ -441,8 +449,10 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         """
         q_pos = self.rotary.resolve(query, start_index, positions)  # (..., T, C)
         k_pos = self.rotary.resolve(key, 0, key_positions)  # (..., S, C)
-        length = None  # one current length for both sides keeps q.k relative
-        if ops.rotary.ROPE_TYPES[self.rotary.rope_type].length_dependent:
+        # One current length for both sides keeps q.k relative.
+        if not self._length_dependent():
+            length = None
+        elif length is None:
             length = tf.maximum(tf.reduce_max(q_pos), tf.reduce_max(k_pos)) + 1.0
         tabulate = max_length is not None and ops.cache.is_static()
         tabulate = tabulate and self.rotary.position_only and q_pos.shape.rank == 2
@@ -514,11 +524,16 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         true positions first); the queries attend causally over the cache,
         with the position bias evaluated at positions `index + t` against
         the cached positions `0 .. S_max - 1`. Returns `(output, cache)`.
+        A rotary type whose frequencies depend on the current length
+        (`"dynamic"`, `"longrope"`) caches its keys before rotation and reads
+        every cached key at the step's length `index + T`, as a recompute of
+        the `index + T` tokens does (`_turned_logits`).
         """
         length, max_length = dim(query, 1), dim(cache, 2)  # T, S_max
         q, k, v = self._project(query, query, query)  # (B, T, N, H)
-        if self.rotary is not None:
-            where = ops.position_range(length, index)  # (T,)
+        where = ops.position_range(length, index)  # (T,)
+        late = self.rotary is not None and self._length_dependent()
+        if self.rotary is not None and not late:
             q, k = self._rotate(
                 q,
                 k,
@@ -537,8 +552,54 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         mask = mask[None, None]  # (1, 1, T, S_max)
         if attention_mask is not None:
             mask = tf.logical_and(mask, tf.cast(attention_mask, bool)[:, None])
+        if late and ops.cache.is_static():  # an export: the cache stays untouched
+            logits = self._turned_logits(q, keys, where, index + length)
+            weights = self._weights(logits, bias, mask)
+            context = tf.einsum("bnts,bsnh->btnh", weights, values)
+            return self._merge(context), cache
+        if late:  # every key turned at the current length
+            current = tf.cast(index + length, tf.float32)
+            q, keys = self._rotate(
+                q,
+                keys,
+                query,
+                query,
+                positions=where,
+                key_positions=ops.position_range(max_length),
+                length=current,
+            )
         context, _ = self._heads_attention(q, keys, values, bias, mask)
         return self._merge(context), cache
+
+    def _turned_logits(self, q, keys, where, current):
+        """Logits `(B, N, T, S_max)` of unturned queries and cached keys.
+
+        The same numbers as turning both at the current length: rotations
+        compose, `R_i q . R_j k = R_(i-j) q . k`, so each query is turned by
+        its distance to every slot and the cached keys are only read. Inside
+        an int8 export no rotation then touches the cache (a rotated cache
+        would leave the converter's cache tensors float32).
+        """
+        slots = dim(keys, 1)
+        offsets = where[:, None] - ops.position_range(slots)[None, :]  # (T, S)
+        cos, sin = self.rotary.cos_sin(
+            offsets[..., None], "query", tf.cast(current, tf.float32)
+        )  # (T, S, r/2)
+        scale = self.rotary.attention_factor  # the keys' factor, on this side
+        if self._scale_in_rotation():
+            scale *= self._query_scale
+        cos, sin = cos * scale, sin * scale
+        if q.shape[1] == 1:  # one token: 4-D tensors only (microcontrollers)
+            turned = ops.rotary.rotate(  # (B, S, N, H)
+                q, cos[0][:, None], sin[0][:, None], self.rotary.interleaved
+            )
+            logits = tf.reduce_sum(turned * keys, axis=-1)  # (B, S, N)
+            return tf.transpose(logits, [0, 2, 1])[:, :, None]
+        turned = ops.rotary.rotate(  # (B, T, S, N, H)
+            q[:, :, None], cos[:, :, None], sin[:, :, None], self.rotary.interleaved
+        )
+        logits = tf.reduce_sum(turned * keys[:, None], axis=-1)  # (B, T, S, N)
+        return tf.transpose(logits, [0, 3, 1, 2])
 
     def _local_context(
         self, inputs, heads, key_mask, query_mask, causal, training, start_index=0
@@ -658,6 +719,7 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
                 "`value_dim` must equal key_dim to keep keys and values in one cache. "
                 f"Received: value_dim={value_dim}, key_dim={key_dim}"
             )
+        _check_cache_index(cache_update_index, query.shape[1], cache.shape[2])
         if not call_arguments["self_attention"]:
             raise ValueError(
                 "`value` and `key` must be None with `cache`: cached decoding is "
@@ -682,6 +744,31 @@ def _plus(bias, attention_bias):
         return bias
     extra = tf.cast(attention_bias, tf.float32)
     return extra if bias is None else bias + extra
+
+
+def _check_cache_index(index, length, max_length):
+    """`cache_update_index` is an integer whose T new tokens fit the cache.
+
+    Checked wherever its value is known (Python and NumPy integers, eager and
+    constant tensors); a traced index cannot be read before it runs.
+    """
+    if isinstance(index, bool) or not (
+        isinstance(index, numbers.Integral)
+        or (tf.is_tensor(index) and index.dtype.is_integer)
+    ):
+        raise TypeError(
+            "`cache_update_index` must be an integer or an integer scalar tensor. "
+            f"Received: cache_update_index={index!r}"
+        )
+    value = tf.get_static_value(index)
+    if value is None or length is None or max_length is None:
+        return
+    if not 0 <= int(value) <= max_length - length:
+        raise ValueError(
+            f"`cache_update_index` must be in [0, S_max - T] = [0, "
+            f"{max_length - length}] so the {length} new tokens fit the "
+            f"{max_length} cache slots. Received: cache_update_index={int(value)}"
+        )
 
 
 def _check_heads(name, producer, num_heads):

@@ -135,8 +135,9 @@ class RotaryEmbedding(keras.layers.Layer):
         self.rotary_dim = rotary_dim
         self.interleaved = interleaved
         self.rope_type = rope_type
-        self.scaling_factor, self.original_max_position_embeddings = scaling[:2]
-        self.rope_parameters = scaling[2]
+        self.scaling_factor = scaling.scaling_factor
+        self.original_max_position_embeddings = scaling.original_max_position_embeddings
+        self.rope_parameters = scaling.rope_parameters
         self.xpos_scale_base = xpos_scale_base
         self.coordinate_dim = coordinate_dim
         self.grid_shape = grid_shape
@@ -146,8 +147,14 @@ class RotaryEmbedding(keras.layers.Layer):
 
     def build(self, input_shape):
         head_size = _checks.known_width(input_shape)
-        sizes = (self.rotary_dim, head_size, self.coordinate_dim, self.sections)
-        self._width = _rope_checks.rotary_width(*sizes, self.rope_parameters)
+        self._width = _rope_checks.rotary_width(
+            self.rotary_dim,
+            head_size,
+            self.coordinate_dim,
+            self.sections,
+            self.rope_parameters,
+            self.rope_type,
+        )
         if self.learned_frequencies:
             heads = input_shape[2] if len(input_shape) == 4 else 1
             shape = (heads, self.coordinate_dim, self._width // 2)
@@ -213,7 +220,7 @@ class RotaryEmbedding(keras.layers.Layer):
                 length = tf.reduce_max(positions) + 1.0  # the current length L
             matrix = self.frequency_matrix(length)  # (C, r/2)
             angles = tf.reduce_sum(positions[..., None] * matrix, axis=-2)
-        factor = rotary.rope_attention_factor(self.rope_type, self._parameters())
+        factor = self.attention_factor
         cos, sin = tf.cos(angles) * factor, tf.sin(angles) * factor
         if self.xpos_scale_base is not None:
             scale = rotary.xpos_scale(
@@ -222,6 +229,11 @@ class RotaryEmbedding(keras.layers.Layer):
             scale = scale if side == "query" else 1.0 / scale
             cos, sin = cos * scale, sin * scale
         return cos, sin
+
+    @property
+    def attention_factor(self):
+        """The factor on cos and sin (on both sides: the logits get its square)."""
+        return rotary.rope_attention_factor(self.rope_type, self._parameters())
 
     @property
     def position_only(self):

@@ -11,8 +11,12 @@ def compile_steps(model, batch_size, total_length, use_cache, jit_compile):
         cache_spec = [tf.TensorSpec(shape, tf.float32) for shape in shapes]
 
         def run(tokens, cache, index):
-            logits, cache = model.call_with_cache(tokens, cache, index)
-            return logits[:, -1], cache
+            # Float32 caches between steps, the compute dtype inside (mixed
+            # precision computes in float16 / bfloat16).
+            inside = [tf.cast(c, model.compute_dtype) for c in cache]
+            logits, inside = model.call_with_cache(tokens, inside, index)
+            cache = [tf.cast(c, tf.float32) for c in inside]
+            return tf.cast(logits[:, -1], tf.float32), cache
 
         prefill = tf.function(
             run,

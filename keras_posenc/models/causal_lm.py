@@ -1,14 +1,20 @@
 """Decoder-only language models with any position method, and generation."""
 
+import collections
 import types
 
 import tensorflow as tf
 
-from keras_posenc import _checks, generation
+from keras_posenc import _checks, generation, ops
 from keras_posenc._compat import keras, register
+from keras_posenc.layers.rotary_embedding import RotaryEmbedding
 from keras_posenc.layers.token_embedding import TokenEmbedding
 from keras_posenc.models import _steps
 from keras_posenc.models.stack import TransformerStack, check_sequence_length
+from keras_posenc.utils import nested_layers
+
+#: How many compiled `(prefill, step)` pairs a `CausalLM` keeps.
+MAX_COMPILED_STEPS = 8
 
 
 @register
@@ -121,7 +127,20 @@ class CausalLM(keras.Model):
         self._lm_config = config
 
     def get_config(self):
-        return {"name": self.name, "trainable": self.trainable, **self._lm_config}
+        config = {"name": self.name, "trainable": self.trainable, **self._lm_config}
+        rotary = [x for x in nested_layers(self) if isinstance(x, RotaryEmbedding)]
+        if rotary:  # the scaling in force (`utils.set_rope_scaling` changes it)
+            options = dict(config["position_options"] or {})
+            options.update(
+                rope_type=rotary[0].rope_type,
+                scaling_factor=rotary[0].scaling_factor,
+                original_max_position_embeddings=(
+                    rotary[0].original_max_position_embeddings
+                ),
+                rope_parameters=dict(rotary[0].rope_parameters),
+            )
+            config["position_options"] = options
+        return config
 
     @classmethod
     def from_config(cls, config, custom_objects=None):
@@ -131,6 +150,24 @@ class CausalLM(keras.Model):
     def position(self):
         """The position method's name."""
         return self._lm_config["position"]
+
+    @property
+    def reads_current_length(self):
+        """Whether a rotary layer's frequencies depend on the current length.
+
+        True for `rope_type="dynamic"` and `"longrope"`. Such a model reads
+        every token at the length when it arrives: a decoding step keeps its
+        keys before rotation and turns them at the step's length, so cached
+        decoding (in Keras, LiteRT and TFLM alike) equals a recompute for the
+        attention itself; but a recompute would also re-read the earlier
+        tokens' hidden states at the new length, which no cache holds, so
+        `generate(use_cache=False)` is refused for it.
+        """
+        return any(
+            isinstance(layer, RotaryEmbedding)
+            and ops.rotary.ROPE_TYPES[layer.rope_type].length_dependent
+            for layer in nested_layers(self)
+        )
 
     def cache_shapes(self, batch_size, max_length):
         """Shapes of the cache tensors of `call_with_cache`, in order.
@@ -154,13 +191,28 @@ class CausalLM(keras.Model):
         Kept per `(batch_size, total_length, use_cache, jit_compile)`, so
         repeated `generate` calls reuse them and
         `step.experimental_get_tracing_count()` stays 1 however many tokens
-        are decoded (`prefill` is None without the cache).
+        are decoded (`prefill` is None without the cache). At most
+        `MAX_COMPILED_STEPS` are kept (the least recently used goes first);
+        `clear_compiled_steps` drops them all.
         """
         key = (batch_size, total_length, use_cache, jit_compile)
-        functions = self.__dict__.setdefault("_generation_functions", {})
+        functions = self.__dict__.setdefault(
+            "_generation_functions", collections.OrderedDict()
+        )
         if key not in functions:
             functions[key] = _steps.compile_steps(self, *key)
+            while len(functions) > MAX_COMPILED_STEPS:
+                functions.popitem(last=False)
+        functions.move_to_end(key)
         return functions[key]
+
+    def clear_compiled_steps(self):
+        """Drops the compiled decoding steps: the next `generate` traces again.
+
+        Anything that changes what a step computes (`utils.set_rope_scaling`
+        calls this) must clear them, or they keep decoding the old way.
+        """
+        self.__dict__.pop("_generation_functions", None)
 
     def call_with_cache(self, token_ids, cache, cache_update_index):
         """Logits `(B, T, V)` of tokens at `cache_update_index ...`, and the cache.
@@ -175,6 +227,17 @@ class CausalLM(keras.Model):
         Returns:
             `(logits, updated_cache)`.
         """
+        shapes = self.cache_shapes(None, None)
+        if not isinstance(cache, (list, tuple)) or len(cache) != len(shapes):
+            _checks.fail(
+                "cache",
+                f"a list of {len(shapes)} tensors shaped as cache_shapes "
+                "(empty_cache before the first call)",
+                f"{type(cache).__name__} of {len(cache)}"
+                if isinstance(cache, (list, tuple))
+                else cache,
+                error=TypeError,
+            )
         parts = self._parts
         x = parts.embedding(token_ids)
         x, cache = parts.stack.forward(x, list(cache), cache_update_index)
@@ -219,6 +282,7 @@ class CausalLM(keras.Model):
             An int32 NumPy array `(B, P + max_new_tokens)`.
         """
         prompts, lengths = generation.check_prompts(prompt_ids, pad_token_id)
+        generation.check_vocabulary(prompts, lengths, self._lm_config["vocab_size"])
         options = generation.sampling_options(
             max_new_tokens,
             sampler,
@@ -230,8 +294,25 @@ class CausalLM(keras.Model):
             pad_token_id,
         )
         use_cache = _checks.boolean("use_cache", use_cache)
-        batch, total = len(lengths), prompts.shape[1] + max_new_tokens
+        if not use_cache and self.reads_current_length:
+            _checks.fail(
+                "use_cache",
+                "True for a rotary type whose frequencies read the current "
+                "length ('dynamic', 'longrope')",
+                use_cache,
+                fix="A recompute would re-read earlier tokens at the new "
+                "length, which cached decoding (and every export) cannot",
+            )
+        jit_compile = _checks.boolean("jit_compile", jit_compile)
+        batch, total = len(lengths), prompts.shape[1] + options["max_new_tokens"]
         limit = self._lm_config["max_length"]
+        if self.position == "learned" and prompts.shape[1] > limit:
+            _checks.fail(
+                "prompt_ids",
+                f"prompts of at most max_length={limit} tokens for "
+                "position='learned' (its table ends at max_length)",
+                f"a prompt of {prompts.shape[1]} tokens",
+            )
         if self.position == "learned" and total > limit:
             _checks.fail(
                 "max_new_tokens",

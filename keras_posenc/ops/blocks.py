@@ -30,8 +30,8 @@ def to_band(x, window):
     """Keys or values `(B, N, T, H)` -> their band `(B, N*nb, 3W, H)`."""
     blocks = -(-dim(x, 2) // window)
     padded = blocks * window
-    zeros = tf.zeros_like(x[:, :, :window])
-    if x.shape[2] is not None and x.shape[2] < window:
+    zeros = tf.zeros_like(x[:, :, :window])  # (B, N, W, H) when T >= W
+    if x.shape[2] is None or x.shape[2] < window:  # T may be shorter than W
         shape = tf.concat([tf.shape(x)[:2], [window], tf.shape(x)[3:]], 0)
         zeros = tf.zeros(shape, x.dtype)
     framed = tf.concat([zeros, _pad_to(x, padded), zeros], axis=2)  # Tp + 2W

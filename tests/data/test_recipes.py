@@ -15,6 +15,7 @@ def test_digits_data_is_a_split_of_the_shuffled_patches():
     np.testing.assert_array_equal(np.concatenate([train_y, test_y]), y[:100])
 
 
+@pytest.mark.slow
 def test_digits_classifier_is_compiled_for_integer_labels():
     model = recipes.digits_classifier("t5", hidden_dim=8, learning_rate=1e-3)
     assert tuple(model.input.shape) == (None, 16, 4)

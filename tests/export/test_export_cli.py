@@ -94,6 +94,7 @@ def test_missing_output_folder_is_refused(saved, tmp_path, capsys):
     assert "output folder" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_a_model_that_cannot_be_quantized_is_refused_and_writes_nothing(
     tmp_path, capsys
 ):
@@ -212,6 +213,7 @@ def saved_lm(tmp_path_factory):
     return folder
 
 
+@pytest.mark.slow
 def test_a_causal_lm_exports_for_microcontrollers(saved_lm, tmp_path, capsys):
     out = tmp_path / "lm.tflite"
     args = [str(saved_lm / "lm.keras"), "--calibration", str(saved_lm / "ids.npy")]
@@ -230,6 +232,7 @@ def test_causal_lm_options_are_refused_for_other_models(saved, tmp_path, capsys)
     assert not (tmp_path / "m.tflite").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not os.path.isdir("/proc"), reason="needs Linux /proc")
 def test_sigterm_during_verification_leaves_nothing_behind(saved, tmp_path):
     from test_export_verify import _alive, _children
@@ -251,3 +254,12 @@ def test_sigterm_during_verification_leaves_nothing_behind(saved, tmp_path):
     assert list(out_dir.iterdir()) == []
     time.sleep(1)
     assert not any(map(_alive, workers))
+
+
+@pytest.mark.parametrize("value", ["0", "-3", "x"])
+def test_a_max_length_below_one_is_refused(saved, tmp_path, capsys, value):
+    out = tmp_path / "lm.tflite"
+    with pytest.raises(SystemExit) as exit_info:
+        main(_args(saved, out, "--max-length", value))
+    assert exit_info.value.code == BAD_INPUT
+    assert "--max-length" in capsys.readouterr().err and not out.exists()

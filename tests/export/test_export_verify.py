@@ -54,6 +54,7 @@ def _alive(pid):
         return False
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not os.path.isdir("/proc"), reason="needs Linux /proc")
 def test_a_killed_parent_takes_its_tflm_worker_along():
     """Killing an export mid-verification leaves no orphaned worker behind."""

@@ -9,6 +9,7 @@ from keras_posenc import (
     RelativeMultiHeadAttention,
     RelativePositionBias,
     RotaryEmbedding,
+    ops,
 )
 
 HEADS, KEY_DIM, WIDTH, MAX = 2, 4, 6, 12
@@ -107,3 +108,45 @@ def test_rejects_what_cached_decoding_cannot_honour(kwargs, match):
 def test_an_index_without_a_cache_is_refused():
     with pytest.raises(ValueError, match="`cache_update_index` goes with `cache`"):
         make("none")(tf.zeros((1, 2, WIDTH)), cache_update_index=3)
+
+
+@pytest.mark.parametrize(
+    "index, error",
+    [(5, ValueError), (100, ValueError), (-1, ValueError), (2.5, TypeError)],
+)
+def test_a_cache_index_past_the_cache_is_refused(index, error):
+    layer = make("rope")
+    x = tf.random.normal((1, 3, WIDTH))
+    cache = tf.zeros((1, 2, 6, HEADS, KEY_DIM))
+    with pytest.raises(error, match="cache_update_index"):
+        layer(x, cache=cache, cache_update_index=index)
+    with pytest.raises(error, match="cache_update_index"):
+        layer(x, cache=cache, cache_update_index=tf.constant(index))
+    _, updated = layer(x, cache=cache, cache_update_index=3)  # the last 3 slots
+    assert updated.shape == cache.shape
+
+
+@pytest.mark.parametrize("new_tokens", [1, 3])
+@pytest.mark.parametrize("xpos", [None, 16.0])
+@pytest.mark.parametrize("rope_type", ["dynamic", "longrope"])
+def test_exports_read_length_dependent_keys_by_distance(rope_type, xpos, new_tokens):
+    """Inside an export the queries turn by distance: the same logits."""
+    parameters = {"short_factor": [1.0, 1.5], "long_factor": [2.0, 4.0]}
+    rotary = RotaryEmbedding(
+        rope_type=rope_type,
+        scaling_factor=2.0,
+        original_max_position_embeddings=4,
+        rope_parameters=parameters if rope_type == "longrope" else None,
+        xpos_scale_base=xpos,
+    )
+    tf.keras.utils.set_random_seed(1)
+    layer = RelativeMultiHeadAttention(HEADS, KEY_DIM, rotary=rotary)
+    x = tf.random.normal((2, 9, WIDTH))
+    cache = tf.zeros((2, 2, 12, HEADS, KEY_DIM))
+    _, cache = layer(x[:, :5], cache=cache, cache_update_index=0)
+    new = x[:, 5 : 5 + new_tokens]
+    want, want_cache = layer(new, cache=cache, cache_update_index=5)
+    with ops.cache.static_decoding():
+        got, got_cache = layer(new, cache=cache, cache_update_index=5)
+    np.testing.assert_allclose(got, want, atol=1e-5)
+    np.testing.assert_array_equal(got_cache, want_cache)

@@ -219,3 +219,18 @@ def test_local_rejects_what_needs_the_full_grid(kwargs, match):
 def test_rejects_a_bad_window():
     with pytest.raises(ValueError, match="`attention_window` must be an integer >= 1"):
         RelativeMultiHeadAttention(2, 4, attention_window=0)
+
+
+@pytest.mark.parametrize("length", [2, 4, 7])
+def test_a_dynamic_length_shorter_than_the_window_is_exact(length):
+    """The band's zero blocks keep W slots when T is unknown until run time."""
+    layer = RelativeMultiHeadAttention(
+        2, 3, position_bias=RelativePositionBias(2), attention_window=4
+    )
+    x = tf.random.normal((1, length, 4))
+    eager = layer(x, use_causal_mask=True)
+    traced = tf.function(
+        lambda x: layer(x, use_causal_mask=True),
+        input_signature=[tf.TensorSpec((1, None, 4))],
+    )
+    np.testing.assert_allclose(traced(x), eager, atol=1e-6)

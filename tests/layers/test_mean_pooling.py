@@ -1,4 +1,5 @@
 import numpy as np
+import pytest
 import tensorflow as tf
 from layer_checks import check_layer
 
@@ -31,6 +32,7 @@ def test_masked_mean_matches_a_numpy_oracle_and_ignores_padded_nan():
     np.testing.assert_allclose(MeanPooling()(clean), clean.mean(1), atol=1e-6)
 
 
+@pytest.mark.slow
 def test_all_padding_rows_give_finite_logits_and_export_to_tflm():
     tf.keras.utils.set_random_seed(0)
     model = models.build_classifier(

@@ -378,3 +378,75 @@ def test_tokens_past_the_grid_are_refused():
         ValueError, match=r"`positions` must be flat indices in \[0, 6\)"
     ):
         layer(tf.zeros((1, 7, H)))
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, match",
+    [
+        (
+            {"rope_type": "yarn", "rope_parameters": {"attention_factor": 0}},
+            ValueError,
+            "attention_factor",
+        ),
+        (
+            {"rope_type": "yarn", "rope_parameters": {"attention_factor": -1.0}},
+            ValueError,
+            "attention_factor",
+        ),
+        (
+            {"rope_type": "yarn", "rope_parameters": {"beta_fast": 0}},
+            ValueError,
+            "beta_fast",
+        ),
+        (
+            {"rope_type": "yarn", "rope_parameters": {"beta_fast": -1}},
+            ValueError,
+            "beta_fast",
+        ),
+        (
+            {"rope_type": "yarn", "rope_parameters": {"beta_fast": "x"}},
+            TypeError,
+            "beta_fast",
+        ),
+        (
+            {
+                "rope_type": "yarn",
+                "rope_parameters": {"beta_fast": 1.0, "beta_slow": 2.0},
+            },
+            ValueError,
+            "beta_fast",
+        ),
+        (
+            {"rope_type": "yarn", "rope_parameters": {"truncate": "no"}},
+            TypeError,
+            "truncate",
+        ),
+        (
+            {"rope_type": "llama3", "rope_parameters": {"low_freq_factor": 0}},
+            ValueError,
+            "low_freq_factor",
+        ),
+        (
+            {"rope_type": "llama3", "rope_parameters": {"high_freq_factor": 1.0}},
+            ValueError,
+            "high_freq_factor",
+        ),
+    ],
+)
+def test_rope_type_parameters_are_range_checked(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        RotaryEmbedding(
+            scaling_factor=2.0, original_max_position_embeddings=8, **kwargs
+        )
+
+
+@pytest.mark.parametrize("rope_type", ["ntk", "dynamic"])
+def test_ntk_bases_need_more_than_one_rotated_pair(rope_type):
+    layer = RotaryEmbedding(
+        rotary_dim=2,
+        rope_type=rope_type,
+        scaling_factor=2.0,
+        original_max_position_embeddings=8,
+    )
+    with pytest.raises(ValueError, match="rotary_dim"):
+        layer(tf.zeros((1, 3, 2, 4)))

@@ -176,6 +176,7 @@ def test_seeded_sampling_is_reproducible_and_top_k_one_is_greedy():
     np.testing.assert_array_equal(model.generate([[1, 2]], 8, "top_k", top_k=1), greedy)
 
 
+@pytest.mark.slow
 def test_fit_save_and_load_round_trip(tmp_path):
     model = small("hybrid", dropout=0.1)
     x = tokens(batch=8, length=12)
@@ -308,3 +309,111 @@ def test_causal_convolution_state_decoding_equals_the_whole_sequence():
     np.testing.assert_allclose(np.concatenate(pieces, axis=1), whole, atol=1e-5)
     with pytest.raises(ValueError, match="state"):
         HierarchicalPositionNetwork(4, 1)(x, 0, state=state)
+
+
+def test_a_misspelled_argument_is_refused():
+    with pytest.raises(TypeError, match="hiden_dim"):
+        build_causal_lm(32, hiden_dim=64)
+
+
+@pytest.mark.parametrize("prompt", [[[1, VOCAB]], [[-1, 2]], [[1, 2], [3, 99]]])
+def test_prompt_ids_outside_the_vocabulary_are_refused(prompt):
+    with pytest.raises(ValueError, match=f"vocab_size={VOCAB}"):
+        small("none", num_layers=1).generate(prompt, 2)
+
+
+def test_a_negative_pad_id_with_a_ragged_batch_generates():
+    model = small("t5", num_layers=1)
+    out = model.generate([[1, 2, 3], [4]], 3, pad_token_id=-1)
+    same = model.generate([[1, 2, 3], [4]], 3)  # pad 0: the same real tokens
+    np.testing.assert_array_equal(out[:, :4], same[:, :4])
+    np.testing.assert_array_equal(out[1, 4:], [-1, -1])
+
+
+def test_jit_compile_must_be_a_bool():
+    with pytest.raises(TypeError, match="jit_compile"):
+        small("none", num_layers=1).generate([[1, 2]], 2, jit_compile="no")
+
+
+def test_a_learned_prompt_past_the_table_blames_the_prompt():
+    model = small("learned", max_length=4)
+    with pytest.raises(ValueError, match="prompt_ids.*max_length=4"):
+        model.generate([[1, 2, 3, 4, 5]], max_new_tokens=1)
+
+
+def test_compiled_steps_are_bounded_and_cleared():
+    from keras_posenc.models.causal_lm import MAX_COMPILED_STEPS
+
+    model = small("none", num_layers=1)
+    for batch in range(1, MAX_COMPILED_STEPS + 3):
+        model.compiled_steps(batch, 6)
+    kept = model.__dict__["_generation_functions"]
+    assert len(kept) == MAX_COMPILED_STEPS
+    assert (1, 6, True, False) not in kept  # the least recently used went first
+    model.clear_compiled_steps()
+    assert "_generation_functions" not in model.__dict__
+
+
+@pytest.mark.parametrize("cache", [[], "cache", None])
+def test_call_with_cache_needs_every_cache_tensor(cache):
+    model = small("t5", num_layers=1)
+    with pytest.raises(TypeError, match="cache"):
+        model.call_with_cache(tokens(1, 2), cache, 0)
+    extra = model.empty_cache(1, 6) + [tf.zeros((1, 2, 6, 2, 8))]
+    with pytest.raises(TypeError, match="a list of 1 tensors"):
+        model.call_with_cache(tokens(1, 2), extra, 0)
+
+
+@pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
+@pytest.mark.parametrize("position", ["rope", "t5", "hybrid"])
+def test_generation_runs_under_mixed_precision(policy, position):
+    keras.mixed_precision.set_global_policy(policy)
+    try:
+        model = small(position, num_layers=1)
+        out = model.generate([[1, 2, 3], [4]], 4)
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+    assert out.shape == (2, 7) and out.min() >= 0 and out.max() < VOCAB
+
+
+LENGTH_DEPENDENT = {
+    "dynamic": {
+        "rope_type": "dynamic",
+        "scaling_factor": 2.0,
+        "original_max_position_embeddings": 4,
+    },
+    "longrope": {
+        "rope_type": "longrope",
+        "scaling_factor": 4.0,
+        "original_max_position_embeddings": 5,
+        "rope_parameters": {
+            "short_factor": [1.0, 1.5, 2.0, 3.0],
+            "long_factor": [1.0, 2.0, 4.0, 8.0],
+        },
+    },
+}
+
+
+@pytest.mark.parametrize("rope_type", sorted(LENGTH_DEPENDENT))
+def test_length_dependent_rotary_reads_each_token_at_its_length(rope_type):
+    """The cache holds keys before rotation; each step turns them at its length.
+
+    With one layer the logits of token t equal a recompute of tokens
+    `0 .. t` (the attention reads the current length); with more, a recompute
+    would re-read earlier hidden states at the new length, so `use_cache=False`
+    is refused.
+    """
+    options = LENGTH_DEPENDENT[rope_type]
+    model = small("rope", num_layers=1, position_options=options)
+    assert model.reads_current_length
+    x = tokens(length=10)
+    cached = cached_logits(model, x, 3)
+    np.testing.assert_allclose(cached[:, :3], model(x[:, :3]), atol=2e-5)
+    for t in range(3, 10):
+        recomputed = model(x[:, : t + 1]).numpy()[:, t]
+        np.testing.assert_allclose(cached[:, t], recomputed, atol=2e-5)
+    deep = small("rope", position_options=options)
+    assert deep.generate([[3, 1, 4], [9, 2, 6, 5, 3, 5]], 6).shape == (2, 12)
+    with pytest.raises(ValueError, match="use_cache"):
+        deep.generate([[3, 1, 4]], 6, use_cache=False)
+    assert not small("rope", num_layers=1).reads_current_length

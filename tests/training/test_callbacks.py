@@ -32,6 +32,7 @@ def _other_weight(model):
     return model.get_layer("logits").kernel.numpy().copy()
 
 
+@pytest.mark.slow
 def test_generators_are_frozen_during_warmup_and_train_after():
     model = _model()
     x, y = _data()

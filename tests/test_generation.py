@@ -1,0 +1,122 @@
+"""The decoding loop and its argument checks, shared by Keras and interpreters."""
+
+import json
+
+import numpy as np
+import pytest
+
+from keras_posenc import generation
+
+
+def uniform_steps(vocab=7, seen=None):
+    """`prefill`/`step` with equal logits; `seen` collects every fed token."""
+
+    def prefill(tokens):
+        if seen is not None:
+            seen.extend(tokens.ravel().tolist())
+        return np.zeros((tokens.shape[0], vocab))
+
+    def step(tokens, index):
+        if seen is not None:
+            seen.extend(tokens.ravel().tolist())
+        return np.zeros((tokens.shape[0], vocab))
+
+    return prefill, step
+
+
+@pytest.mark.parametrize(
+    "prompt_ids", [[[1.7, 2.9]], [[1, 2.0]], [[True, 2]], [["3", 4]]]
+)
+def test_token_ids_that_are_not_integers_are_refused(prompt_ids):
+    with pytest.raises(TypeError, match="prompt_ids"):
+        generation.check_prompts(prompt_ids)
+
+
+@pytest.mark.parametrize(
+    "value, want",
+    [
+        (None, []),
+        (5, [5]),
+        (np.int64(5), [5]),
+        ([3, 4], [3, 4]),
+        (np.array([3, 4]), [3, 4]),
+    ],
+)
+def test_stop_token_ids_take_one_id_or_a_list_of_ids(value, want):
+    assert (
+        generation.sampling_options(3, stop_token_ids=value)["stop_token_ids"] == want
+    )
+
+
+@pytest.mark.parametrize("value", ["12", [1.9], 2.0, [[1, 2]]])
+def test_stop_token_ids_that_are_not_ids_are_refused(value):
+    with pytest.raises(TypeError, match="stop_token_ids"):
+        generation.sampling_options(3, stop_token_ids=value)
+
+
+def test_numpy_scalars_are_accepted_and_come_back_as_json_numbers():
+    options = generation.sampling_options(
+        np.int64(3),
+        "top_p",
+        temperature=np.float32(0.5),
+        top_k=np.int32(4),
+        top_p=np.float64(0.5),
+        seed=np.int64(3),
+        stop_token_ids=np.array([2]),
+        pad_token_id=np.int64(0),
+    )
+    assert json.loads(json.dumps(options)) == options
+    assert options["temperature"] == 0.5 and options["seed"] == 3
+
+
+@pytest.mark.parametrize(
+    "kwargs, error",
+    [
+        ({"seed": "abc"}, TypeError),
+        ({"seed": -1}, ValueError),
+        ({"seed": 1.5}, TypeError),
+        ({"temperature": 1e-320}, ValueError),
+        ({"pad_token_id": 0.5}, TypeError),
+    ],
+)
+def test_bad_sampling_arguments_name_the_argument(kwargs, error):
+    name = next(iter(kwargs))
+    with pytest.raises(error, match=name):
+        generation.sampling_options(3, **kwargs)
+
+
+def test_every_row_draws_from_its_own_seeded_stream():
+    prompts, lengths = generation.check_prompts([[1, 2]] * 3)
+    prefill, step = uniform_steps()
+    options = generation.sampling_options(12, "top_k", top_k=7, seed=4)
+    batch = generation.generate_tokens(prefill, step, prompts, lengths, **options)
+    # Equal prompts, one seed: three different samples, not one sample thrice.
+    assert len({tuple(row) for row in batch}) == 3
+    # A row decoded alone (as the interpreters do) draws what it drew in the batch.
+    for b in range(3):
+        alone = generation.generate_tokens(
+            prefill, step, prompts[b : b + 1], lengths[b : b + 1], rows=(b,), **options
+        )
+        np.testing.assert_array_equal(alone[0], batch[b])
+    again = generation.generate_tokens(prefill, step, prompts, lengths, **options)
+    np.testing.assert_array_equal(again, batch)
+
+
+def test_finished_rows_feed_a_real_token_even_with_a_negative_pad_id():
+    seen = []
+    prompts, lengths = generation.check_prompts([[1, 2, 3], [4]], pad_token_id=-1)
+    prefill, step = uniform_steps(seen=seen)
+    options = generation.sampling_options(2, pad_token_id=-1)
+    out = generation.generate_tokens(prefill, step, prompts, lengths, **options)
+    assert min(seen) >= 0  # the model never reads the pad id
+    np.testing.assert_array_equal(out[1, 3:], [-1, -1])  # row 1 ended at slot 3
+    np.testing.assert_array_equal(out[0, :3], [1, 2, 3])
+
+
+def test_prompt_ids_outside_the_vocabulary_are_refused():
+    prompts, lengths = generation.check_prompts([[1, 2], [3]], pad_token_id=-1)
+    generation.check_vocabulary(prompts, lengths, 4)  # the -1 pad is not a token
+    for bad in ([[1, 4]], [[-1, 2]]):
+        prompts, lengths = generation.check_prompts(bad)
+        with pytest.raises(ValueError, match="vocab_size=4"):
+            generation.check_vocabulary(prompts, lengths, 4)
