@@ -124,7 +124,7 @@ def main(argv=None):
     print("\n| digits, position='hybrid' | value |\n| --- | --- |")
     for name, value in rows:
         print(f"| {name} | {value} |")
-    return {"float": float_accuracy, "report": report}
+    return {"float": float_accuracy, "report": report, "rows": rows}
 
 
 def _maybe(value):

@@ -8,6 +8,8 @@ import sys
 import numpy as np
 import pytest
 
+from keras_posenc import IS_KERAS_3
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "examples"))
 
@@ -147,3 +149,39 @@ def test_two_workers_end_with_the_single_process_weights(tmp_path):
         np.testing.assert_array_equal(first[key], second[key])
         np.testing.assert_allclose(first[key], want[index], atol=1e-5)
     assert max(np.abs(a - b).max() for a, b in zip(want, initial)) > 1e-3
+
+
+#: The rows of the demo's table that the README quotes.
+README_ROWS = (
+    "float test accuracy (Keras)",
+    "int8 accuracy, LiteRT",
+    "int8 accuracy, TFLM",
+    "float32 .tflite size",
+    "int8 .tflite size",
+    "TFLM arena",
+    "epochs (early stopping)",
+)
+
+if IS_KERAS_3:  # `make demo` runs the default Keras; Keras 2 draws other weights
+
+    @pytest.mark.slow
+    def test_the_readme_table_is_what_make_demo_prints(tmp_path):
+        """In a fresh process, as `make demo` runs it (layer names, and so the
+        file sizes, depend on what the process built before)."""
+        run = subprocess.run(
+            [
+                sys.executable,
+                str(ROOT / "examples/digits_demo.py"),
+                "--out",
+                str(tmp_path),
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=ROOT,
+        )
+        printed = [line for line in run.stdout.splitlines() if line.startswith("| ")]
+        readme = (ROOT / "README.md").read_text()
+        for name in README_ROWS:
+            line = next(line for line in printed if line.startswith(f"| {name} |"))
+            assert line in readme, line
