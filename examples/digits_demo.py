@@ -117,7 +117,7 @@ def main(argv=None):
         ("TFLM arena", f"{report.arena_bytes} bytes"),
         ("TFLM runs", "yes" if report.tflm_ok else f"no: {report.tflm_error}"),
         ("ops", ", ".join(report.ops)),
-        ("outputs", f"{args.out}/ (.tflite, .cc, 4 PNG plots)"),
+        ("outputs", f"{args.out}/ (.tflite, .cc and .h, 4 PNG plots)"),
         ("epochs (early stopping)", f"{len(history['loss'])} of {args.epochs}"),
         ("wall time", f"{time.time() - start:.0f} s"),
     ]

@@ -23,6 +23,7 @@ def test_digits_demo_writes_model_c_array_and_plots(tmp_path):
     names = sorted(p.name for p in tmp_path.iterdir())
     assert names == [
         "digits_int8.cc",
+        "digits_int8.h",
         "digits_int8.tflite",
         "generated_positions.png",
         "learning_curves.png",

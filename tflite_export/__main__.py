@@ -38,7 +38,11 @@ def parse_args(argv):
     parser.add_argument("--out", type=pathlib.Path, required=True)
     parser.add_argument("--mode", choices=MODES, default="int8")
     parser.add_argument("--sequence-length", type=_positive_int, default=None)
-    parser.add_argument("--c-array", action="store_true", help="also write OUT.cc")
+    parser.add_argument(
+        "--c-array",
+        action="store_true",
+        help="also write OUT.cc (the aligned array) and OUT.h (its declarations)",
+    )
     parser.add_argument("--force", action="store_true", help="overwrite outputs")
     parser.add_argument(
         "--target", choices=("litert", "tflm"), default=None, help="causal LMs only"
@@ -65,13 +69,17 @@ def _positive_int(text):
 
 def check_paths(args):
     """Every path problem, found before anything is loaded or converted."""
-    outputs = [args.out] + ([args.out.with_suffix(".cc")] if args.c_array else [])
+    arrays = [args.out.with_suffix(".cc"), args.out.with_suffix(".h")]
+    outputs = [args.out] + (arrays if args.c_array else [])
     if not args.model.is_file():
         return f"the model file {args.model} does not exist"
     if not args.calibration.is_file():
         return f"the calibration file {args.calibration} does not exist"
-    if args.c_array and args.out.suffix == ".cc":
-        return f"--out {args.out} ends in .cc, where --c-array writes the C array"
+    if args.c_array and args.out.suffix in (".cc", ".h"):
+        return (
+            f"--out {args.out} ends in {args.out.suffix}, where --c-array writes "
+            "the C array and its header"
+        )
     inputs = {args.model.resolve(), args.calibration.resolve()}
     for path in outputs:
         if path.resolve() in inputs:
@@ -134,7 +142,8 @@ def load_model(path):
     try:
         return tf.keras.models.load_model(path, compile=False)
     except Exception as first:
-        problem = ValueError(f"cannot load {path}: {_first_line(first)}{_hint(first)}")
+        hint = _hint(first, path)
+        problem = ValueError(f"cannot load {path}: {_first_line(first)}{hint}")
         if keras_posenc.IS_KERAS_3:
             raise problem from first
         from tflite_export.qat import quantize_scope
@@ -151,13 +160,37 @@ def _first_line(error, limit=300):
     return text[0][:limit]
 
 
-def _hint(error):
-    if "Could not locate class" in str(error):
+def _hint(error, path=None):
+    """The fix for a file saved by the other Keras mode, when that is the cause.
+
+    The `.keras` file's `metadata.json` names the Keras that saved it; errors
+    of a cross-mode load vary ("Could not locate class", "loss_scale_factor is
+    not a valid argument", "expected 2 variables"), the version does not.
+    """
+    import keras_posenc
+
+    saved = _saved_keras_version(path)
+    running = 3 if keras_posenc.IS_KERAS_3 else 2
+    other = saved is not None and int(saved.split(".")[0]) != running
+    if other or "Could not locate class" in str(error):
         return (
-            " (a .keras file loads only in the Keras mode that saved it: set or "
-            "unset TF_USE_LEGACY_KERAS=1 to match)"
+            " (a .keras file loads only in the Keras mode that saved it"
+            + (f": saved by Keras {saved}, running Keras {running}" if other else "")
+            + "; set or unset TF_USE_LEGACY_KERAS=1 to match)"
         )
     return ""
+
+
+def _saved_keras_version(path):
+    """The `keras_version` in a `.keras` file's metadata, or None."""
+    import json
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(path) as archive:
+            return str(json.loads(archive.read("metadata.json"))["keras_version"])
+    except (OSError, KeyError, ValueError, TypeError, zipfile.BadZipFile):
+        return None
 
 
 class Interrupted(BaseException):
@@ -238,7 +271,7 @@ def write_outputs(args, model_bytes):
     if args.c_array:
         source = args.out.with_suffix(".cc")
         tflite_export.write_c_array(model_bytes, source, force=args.force)
-        print(f"wrote {source}")
+        print(f"wrote {source} and {source.with_suffix('.h')}")
     return 0
 
 

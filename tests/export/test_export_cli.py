@@ -1,4 +1,5 @@
 import os
+import pathlib
 import subprocess
 import sys
 import time
@@ -11,6 +12,7 @@ from keras_posenc import models
 from tflite_export.__main__ import BAD_INPUT, EXPORT_FAILED, main
 
 keras = tf.keras
+ROOT_TESTS = pathlib.Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
@@ -50,6 +52,7 @@ def test_success_writes_the_model_and_c_array(saved, tmp_path, capsys):
     assert "| TFLM" in printed and "runs" in printed and "accuracy TFLM" in printed
     assert out.read_bytes()[4:8] == b"TFL3"
     assert "alignas(16)" in out.with_suffix(".cc").read_text()
+    assert "extern const unsigned char g_model[];" in out.with_suffix(".h").read_text()
 
 
 @pytest.mark.slow
@@ -263,3 +266,16 @@ def test_a_max_length_below_one_is_refused(saved, tmp_path, capsys, value):
         main(_args(saved, out, "--max-length", value))
     assert exit_info.value.code == BAD_INPUT
     assert "--max-length" in capsys.readouterr().err and not out.exists()
+
+
+def test_a_real_file_of_the_other_keras_mode_gets_the_hint(saved, tmp_path, capsys):
+    import keras_posenc
+
+    other = "keras2" if keras_posenc.IS_KERAS_3 else "keras3"
+    model = ROOT_TESTS / "fixtures" / other / "t5.keras"
+    args = _args(saved, tmp_path / "m.tflite")
+    args[0] = str(model)
+    assert main(args) == BAD_INPUT
+    err = capsys.readouterr().err
+    assert "TF_USE_LEGACY_KERAS=1" in err and "saved by Keras" in err
+    assert not (tmp_path / "m.tflite").exists()
