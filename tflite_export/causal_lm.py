@@ -97,6 +97,18 @@ def convert_causal_lm(
             f"`max_length` must be <= the model's max_length={limit} for "
             f"position='learned'. Received: max_length={max_length}"
         )
+    for layer in nested_layers(model):
+        limit = (
+            getattr(layer, "max_position", None)
+            if isinstance(layer, RotaryEmbedding)
+            else None
+        )
+        if limit is not None and max_length > limit:
+            raise ValueError(
+                f"`max_length` must be at most {limit} for {layer.name}: xPos "
+                f"(xpos_scale_base={layer.xpos_scale_base}) scales leave float32 "
+                f"past it. Received: max_length={max_length}"
+            )
     if target == "tflm":
         for layer in nested_layers(model):
             if isinstance(layer, RotaryEmbedding) and _runtime_exponential(layer):

@@ -57,7 +57,9 @@ class RotaryEmbedding(keras.layers.Layer):
             `beta_slow`, `attention_factor`, `truncate`, `low_freq_factor`,
             `high_freq_factor`, `short_factor`, `long_factor`). Defaults to `None`.
         xpos_scale_base: float, xPos' scale base (e.g. 512); None turns xPos
-            off. Defaults to `None`.
+            off. Its scales leave float32 past `max_position` (about 64 x
+            the base): positions from there are refused where they are known
+            (eager calls, `generate`, exports). Defaults to `None`.
         coordinate_dim: int, C coordinates per position. Defaults to `1`.
         grid_shape: tuple of C ints, a row-major grid of flat token indices.
             Defaults to `None`.
@@ -223,12 +225,31 @@ class RotaryEmbedding(keras.layers.Layer):
         factor = self.attention_factor
         cos, sin = tf.cos(angles) * factor, tf.sin(angles) * factor
         if self.xpos_scale_base is not None:
+            self._check_xpos_range(positions)
             scale = rotary.xpos_scale(
                 self._width, positions[..., 0], self.xpos_scale_base
             )
             scale = scale if side == "query" else 1.0 / scale
             cos, sin = cos * scale, sin * scale
         return cos, sin
+
+    @property
+    def max_position(self):
+        """The first position xPos cannot scale in float32 (None without xPos)."""
+        if self.xpos_scale_base is None:
+            return None
+        return rotary.xpos_max_position(self.xpos_scale_base)
+
+    def _check_xpos_range(self, positions):
+        """Positions known before running must stay below `max_position`."""
+        value = tf.get_static_value(positions)
+        if value is not None and value.size and value.max() >= self.max_position:
+            raise ValueError(
+                f"`positions` must stay below max_position={self.max_position} "
+                f"with xpos_scale_base={self.xpos_scale_base}: xPos' scales leave "
+                f"float32 there (NaN logits). Received: a position {value.max():.0f}."
+                " Use a larger xpos_scale_base, or rotary without xPos"
+            )
 
     @property
     def attention_factor(self):

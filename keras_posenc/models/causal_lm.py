@@ -313,6 +313,16 @@ class CausalLM(keras.Model):
                 "position='learned' (its table ends at max_length)",
                 f"a prompt of {prompts.shape[1]} tokens",
             )
+        for layer in nested_layers(self):
+            if isinstance(layer, RotaryEmbedding) and layer.max_position is not None:
+                if total > layer.max_position:
+                    _checks.fail(
+                        "max_new_tokens",
+                        f"at most {layer.max_position - prompts.shape[1]} here: "
+                        f"xPos (xpos_scale_base={layer.xpos_scale_base}) scales "
+                        f"leave float32 from position {layer.max_position}",
+                        max_new_tokens,
+                    )
         if self.position == "learned" and total > limit:
             _checks.fail(
                 "max_new_tokens",

@@ -220,6 +220,22 @@ def rope_attention_factor(rope_type, params):
     return 1.0 if record.attention_factor is None else record.attention_factor(params)
 
 
+#: The largest |exponent| of an xPos scale: e^80 and e^-80 both stay finite and
+#: normal in float32 (e^88.7 overflows), so a query scale times a key scale
+#: keeps its meaning.
+XPOS_MAX_EXPONENT = 80.0
+
+
+def xpos_max_position(scale_base, gamma=0.4):
+    """The first position whose xPos scales leave float32's safe range.
+
+    The steepest slot has `zeta_0 = gamma / (1 + gamma)`; past this position
+    its key scale `zeta_0^(-n / scale_base)` would overflow (NaN logits).
+    """
+    steepest = -math.log(gamma / (1 + gamma))
+    return int(XPOS_MAX_EXPONENT * scale_base / steepest)
+
+
 def xpos_scale(rotary_dim, positions, scale_base, gamma=0.4):
     """xPos scales `zeta_i^(n / scale_base)`, float32 `(..., T, r/2)`.
 

@@ -301,3 +301,12 @@ def test_every_rotary_scaling_decodes_alike_cached_recomputed_and_in_litert(
         np.testing.assert_array_equal(recomputed, cached)
     model_bytes = convert_causal_lm(model, calibration(), mode="float32", max_length=16)
     np.testing.assert_array_equal(generate_tflite(model_bytes, prompts, 5), cached)
+
+
+def test_an_xpos_cache_past_its_float32_range_is_refused():
+    import math
+
+    model = lm("xpos", position_options={"xpos_scale_base": 1.0})
+    limit = int(80 / math.log(1.4 / 0.4))  # e^80 at the steepest slot
+    with pytest.raises(ValueError, match=f"max_length` must be at most {limit}"):
+        convert_causal_lm(model, calibration(), mode="float32", max_length=limit + 1)

@@ -450,3 +450,17 @@ def test_ntk_bases_need_more_than_one_rotated_pair(rope_type):
     )
     with pytest.raises(ValueError, match="rotary_dim"):
         layer(tf.zeros((1, 3, 2, 4)))
+
+
+def test_xpos_refuses_positions_its_scales_cannot_hold():
+    import math
+
+    layer = RotaryEmbedding(xpos_scale_base=512.0)
+    # The steepest slot: zeta_0 = 0.4 / 1.4, so e^80 is reached at 80 b / ln 3.5.
+    assert layer.max_position == int(80 * 512 / math.log(1.4 / 0.4))
+    x = tf.random.normal((1, 2, 2, 8))
+    with pytest.raises(ValueError, match=f"max_position={layer.max_position}"):
+        layer(x, start_index=40000, side="key")
+    near = layer(x, start_index=32000, side="key")
+    assert np.all(np.isfinite(near.numpy()))
+    assert RotaryEmbedding().max_position is None

@@ -417,3 +417,15 @@ def test_length_dependent_rotary_reads_each_token_at_its_length(rope_type):
     with pytest.raises(ValueError, match="use_cache"):
         deep.generate([[3, 1, 4]], 6, use_cache=False)
     assert not small("rope", num_layers=1).reads_current_length
+
+
+def test_xpos_generation_stops_before_its_scales_overflow():
+    import math
+
+    model = small("xpos", num_layers=1, position_options={"xpos_scale_base": 1.0})
+    limit = int(80 / math.log(1.4 / 0.4))  # the first position e^80 cannot hold
+    out = model.generate([[1, 2, 3]], limit - 3)
+    assert np.isfinite(model(out).numpy()).all()
+    assert out.shape == (1, limit)
+    with pytest.raises(ValueError, match="xpos_scale_base=1.0"):
+        model.generate([[1, 2, 3]], limit - 2)
