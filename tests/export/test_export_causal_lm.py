@@ -90,7 +90,9 @@ def test_int8_tflm_decoding_agrees_with_int8_litert(position):
     # Rotary cosines, sines and xPos scales are rows of constant tables.
     assert not operator_names(model_bytes) & {"SIN", "COS", "EXP"}
     litert = generate_tflite(model_bytes, PROMPTS, 8, runtime="litert")
-    tflm = generate_tflite(model_bytes, PROMPTS, 8, runtime="tflm")
+    # NumPy scalars reach the TFLM worker as JSON numbers.
+    scalars = dict(temperature=np.float32(1.0), seed=np.int64(0))
+    tflm = generate_tflite(model_bytes, PROMPTS, np.int64(8), "tflm", **scalars)
     for row, prompt in enumerate(PROMPTS):
         tokens = litert[row, : len(prompt) + 8]  # the row's prompt and new tokens
         end = decided_length(model_bytes, tokens, len(prompt))
