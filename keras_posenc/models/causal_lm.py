@@ -32,7 +32,9 @@ class CausalLM(keras.Model):
     and values of earlier positions (`cache_shapes`), and each position
     producer (bias, rotation, absolute table, position generator) is
     evaluated at the new token's true position against the cache, so cached
-    decoding gives the logits a full recompute gives.
+    decoding gives the logits a full recompute gives (rotary types whose
+    frequencies read the current length read each token at its own length
+    instead: `reads_current_length`).
 
     Args:
         vocab_size: int, the vocabulary size V.
