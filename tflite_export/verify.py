@@ -64,6 +64,14 @@ def verify(model_bytes, keras_model=None, x=None, y=None):
         A `Report`.
     """
     interpreter = _litert(model_bytes)
+    signatures = sorted(interpreter.get_signature_list())
+    if "decode" in signatures:
+        raise ValueError(
+            "`model_bytes` must be a one-input model of `convert`; these are a "
+            f"causal LM export of `convert_causal_lm` (signatures {signatures}). "
+            "Run it with tflite_export.generate_tflite(model_bytes, prompt_ids, "
+            "max_new_tokens, runtime=...)"
+        )
     inp = interpreter.get_input_details()[0]
     out = interpreter.get_output_details()[0]
     ops = sorted({op["op_name"] for op in interpreter._get_ops_details()})

@@ -78,3 +78,19 @@ def test_a_killed_parent_takes_its_tflm_worker_along():
     while any(map(_alive, workers)) and time.time() < deadline:
         time.sleep(0.2)
     assert not any(map(_alive, workers))
+
+
+@pytest.mark.slow
+def test_causal_lm_bytes_are_refused_with_the_door_that_runs_them():
+    import tensorflow as tf
+
+    from keras_posenc.models import build_causal_lm
+
+    tf.keras.utils.set_random_seed(0)
+    model = build_causal_lm(11, hidden_dim=8, num_layers=1, num_heads=2)
+    ids = np.random.default_rng(0).integers(1, 11, (2, 6))
+    model_bytes = tflite_export.convert_causal_lm(
+        model, ids, mode="float32", max_length=8
+    )
+    with pytest.raises(ValueError, match="generate_tflite"):
+        tflite_export.verify(model_bytes)
