@@ -16,10 +16,12 @@ from tflite_export.convert import (
 from tflite_export.generate import generate_tflite
 from tflite_export.qat import QuantizationError, quantize_aware, quantize_scope
 from tflite_export.verify import Report, dequantize, quantize, verify
+from tflite_export.verify_causal_lm import LMReport, verify_causal_lm
 
 __all__ = [
     "MODES",
     "ExportError",
+    "LMReport",
     "QuantizationError",
     "Report",
     "atomic_write",
@@ -34,5 +36,6 @@ __all__ = [
     "quantize_scope",
     "static_model",
     "verify",
+    "verify_causal_lm",
     "write_c_array",
 ]

@@ -1,7 +1,8 @@
 """TFLM generation in a child process (an unsupported op may abort it).
 
 Usage: python -m tflite_export._tflm_generation, fed by `_child.run_worker`
-with `model` (uint8), `prompts`, `lengths` and `options` (JSON text).
+with `model` (uint8), `prompts`, `lengths` and `options` (JSON text); the
+allocation record (the arena) goes to stderr.
 """
 
 import json
@@ -13,9 +14,9 @@ from tflite_export.generate import Decoder, decode_rows
 def _generate(arrays):
     options = json.loads(str(arrays["options"]))
     decoder = Decoder(arrays["model"].tobytes(), "tflm")
-    return {
-        "tokens": decode_rows(decoder, arrays["prompts"], arrays["lengths"], options)
-    }
+    tokens = decode_rows(decoder, arrays["prompts"], arrays["lengths"], options)
+    decoder.micro.print_allocations()  # the arena, read by the parent
+    return {"tokens": tokens}
 
 
 if __name__ == "__main__":

@@ -85,7 +85,7 @@ def generate_tflite(
             max_new_tokens,
         )
     if runtime == "tflm":
-        return _tflm_in_subprocess(model_bytes, prompts, lengths, options)
+        return tflm_generation(model_bytes, prompts, lengths, options)[0]
     return decode_rows(Decoder(model_bytes, "litert"), prompts, lengths, options)
 
 
@@ -234,8 +234,12 @@ TFLM_GENERATE_TIMEOUT_SECONDS = 600
 TFLM_CAUSE = re.compile(r"Didn't find op|failed to prepare|not supported|!=")
 
 
-def _tflm_in_subprocess(model_bytes, prompts, lengths, options):
-    """Generated tokens from TFLM in a child; a RuntimeError says why it failed."""
+def tflm_generation(model_bytes, prompts, lengths, options):
+    """`(tokens, arena bytes)` from TFLM in a child process.
+
+    A RuntimeError says why it failed; the arena is what the interpreter's
+    allocation record reports (None if it printed none).
+    """
     arrays = {
         "model": np.frombuffer(bytes(model_bytes), np.uint8),
         "prompts": prompts,
@@ -250,4 +254,5 @@ def _tflm_in_subprocess(model_bytes, prompts, lengths, options):
         causes = [line for line in lines if TFLM_CAUSE.search(line)]
         reason = (causes or lines or [f"exit status {code}"])[-1]
         raise RuntimeError(f"TFLM generation failed: {reason}")
-    return results["tokens"]
+    arena = re.search(r"Arena allocation total (\d+) bytes", log)
+    return results["tokens"], int(arena.group(1)) if arena else None
