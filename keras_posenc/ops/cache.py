@@ -51,12 +51,26 @@ def position_rows(encode, index, length, max_length):
 
 
 def cached_bias(position_bias, query, keys, index):
-    """Float32 bias `(1 or B, N, T, S_max)` of queries at `index ...` vs cached keys."""
-    if _STATIC.get():
-        grid = position_bias(keys, keys)  # (1, N, S_max, S_max), no runtime input
-        rows = tf.range(tf.shape(query)[1]) + tf.cast(index, tf.int32)
-        return tf.gather(tf.cast(grid, tf.float32), rows, axis=2)
-    return tf.cast(position_bias(query, keys, start_index=index), tf.float32)
+    """Float32 bias `(1 or B, N, T, S_max)` of queries at `index ...` vs cached keys.
+
+    Inside `static_decoding()` the bias is a constant the step gathers from:
+    for a producer that reads `j - i` alone (`translation_invariant`), its
+    `2 S_max - 1` distinct distances `(1, N, 2 S_max - 1)` (O(S): ALiBi, T5,
+    clipped and the 1-D dynamic bias), otherwise every `(S_max, S_max)` pair.
+    """
+    if not _STATIC.get():
+        return tf.cast(position_bias(query, keys, start_index=index), tf.float32)
+    rows = tf.range(tf.shape(query)[1]) + tf.cast(index, tf.int32)  # (T,)
+    slots = keys.shape[1]  # S_max, static in an export
+    if getattr(position_bias, "translation_invariant", False):
+        # One query at S_max - 1 against 2 S_max - 1 keys: distances
+        # -(S_max - 1) .. S_max - 1, no runtime input (a constant).
+        stubs = [tf.zeros([1, size, 1]) for size in (1, 2 * slots - 1)]
+        table = position_bias(*stubs, start_index=slots - 1)[:, :, 0]  # (1, N, 2S-1)
+        columns = tf.range(slots)[None, :] - rows[:, None] + (slots - 1)  # (T, S)
+        return tf.gather(tf.cast(table, tf.float32), columns, axis=2)
+    grid = position_bias(keys, keys)  # (1, N, S_max, S_max), no runtime input
+    return tf.gather(tf.cast(grid, tf.float32), rows, axis=2)
 
 
 def update_cache(cache, key, value, index):

@@ -312,3 +312,21 @@ def test_an_xpos_cache_past_its_float32_range_is_refused():
     limit = int(80 / math.log(1.4 / 0.4))  # e^80 at the steepest slot
     with pytest.raises(ValueError, match=f"max_length` must be at most {limit}"):
         convert_causal_lm(model, calibration(), mode="float32", max_length=limit + 1)
+
+
+@pytest.mark.parametrize("position", ["alibi", "t5", "dynamic_bias"])
+def test_a_relative_bias_is_stored_as_its_distinct_distances(position):
+    """O(S): `(1, N, 2S - 1)` distances, no `(S, S)` table, same tokens."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    model = lm(position, max_length=32)
+    model_bytes = convert_causal_lm(model, calibration(), mode="float32", max_length=32)
+    shapes = [
+        tuple(t["shape"])
+        for t in Interpreter(model_content=model_bytes).get_tensor_details()
+    ]
+    assert not [s for s in shapes if s[-2:] == (32, 32)]
+    assert (1, 2, 63) in shapes  # the two heads' distances -31 .. 31
+    np.testing.assert_array_equal(
+        generate_tflite(model_bytes, PROMPTS, 9), model.generate(PROMPTS, 9)
+    )
