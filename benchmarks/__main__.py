@@ -7,6 +7,7 @@ from benchmarks import (
     accuracy,
     edge,
     lm,
+    lm_edge,
     local,
     memory,
     profile,
@@ -25,6 +26,7 @@ BENCHMARKS = {
     "accuracy": accuracy,
     "rope": rope,
     "lm": lm,
+    "lm_edge": lm_edge,
 }
 
 
