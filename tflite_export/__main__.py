@@ -276,7 +276,7 @@ def write_outputs(args, model_bytes):
 
 
 def _export_causal_lm(args, model, x):
-    """Converts a causal LM, checks generation on the device, then writes it."""
+    """Converts a causal LM, checks generation on the device, reports, writes it."""
     import tflite_export
     from tflite_export.causal_lm import check_calibration_ids
 
@@ -306,8 +306,9 @@ def _export_causal_lm(args, model, x):
         except RuntimeError as error:
             print(f"error: {error}", file=sys.stderr)
             return EXPORT_FAILED
-    print(f"| signatures | {'decode' if target == 'tflm' else 'prefill, decode'} |")
-    print(f"| size | {len(model_bytes)} bytes |")
+    text = ids[:, : min(ids.shape[1], length)]  # the report reads it teacher-forced
+    if text.shape[1] >= 2:  # flash, arena, bits per token against Keras
+        print(tflite_export.verify_causal_lm(model_bytes, model, text).table())
     for runtime, found in tokens.items():
         print(f"| {runtime} greedy tokens | {found[0, len(prompt[0]) :].tolist()} |")
     if len(tokens) == 2:

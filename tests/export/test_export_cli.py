@@ -224,6 +224,8 @@ def test_a_causal_lm_exports_for_microcontrollers(saved_lm, tmp_path, capsys):
     printed = capsys.readouterr().out
     assert code == 0, printed
     assert "| TFLM == LiteRT | True |" in printed
+    for row in ("| flash (the .tflite)", "| TFLM arena", "| bits per token, Keras"):
+        assert row in printed, row  # the LM report (verify_causal_lm)
     from tflite_export.generate import cache_length
 
     assert cache_length(out.read_bytes()) == 12
