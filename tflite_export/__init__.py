@@ -6,6 +6,7 @@ Imports `keras_posenc`, never the reverse. TF-MOT is imported lazily by
 
 from tflite_export.c_array import atomic_write, c_source, write_c_array
 from tflite_export.causal_lm import convert_causal_lm
+from tflite_export.contract import DeviceContract, device_contract
 from tflite_export.convert import (
     MODES,
     ExportError,
@@ -19,6 +20,7 @@ from tflite_export.verify import Report, dequantize, quantize, verify
 from tflite_export.verify_causal_lm import LMReport, verify_causal_lm
 
 __all__ = [
+    "DeviceContract",
     "MODES",
     "ExportError",
     "LMReport",
@@ -29,6 +31,7 @@ __all__ = [
     "convert",
     "convert_causal_lm",
     "dequantize",
+    "device_contract",
     "generate_tflite",
     "microcontroller_blockers",
     "quantize",

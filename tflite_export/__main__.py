@@ -11,6 +11,8 @@ turn on accuracy reporting). A causal language model
 sets the cache length and `--target` picks LiteRT (prefill and decode
 signatures) or TFLM (one decode step); the file is written once greedy
 generation from the first sequence runs in LiteRT, and in TFLM for `tflm`.
+It prints the decode step's device contract (`tflite_export.device_contract`)
+and, with `--c-array`, writes it as OUT_decode.h beside OUT.cc and OUT.h.
 Everything is checked before work starts; nothing is written unless the
 model converts and runs in TFLM, and then only atomically (temporary file,
 then rename). Exit codes: 0 success, 2 bad input, 1 a model that cannot be
@@ -286,6 +288,14 @@ def _export_causal_lm(args, model, x):
         )
     length = 64 if args.max_length is None else args.max_length
     ids = check_calibration_ids(model, x)
+    header = contract_header(args.out)
+    if args.c_array and header.exists() and not args.force:
+        raise ValueError(f"{header} exists; pass --force to overwrite it")
+    if args.c_array and header.resolve() in {
+        args.model.resolve(),
+        args.calibration.resolve(),
+    }:
+        raise ValueError(f"{header} is an input of this export; choose another --out")
     target = args.target or "litert"
     try:
         model_bytes = tflite_export.convert_causal_lm(
@@ -307,14 +317,30 @@ def _export_causal_lm(args, model, x):
             print(f"error: {error}", file=sys.stderr)
             return EXPORT_FAILED
     text = ids[:, : min(ids.shape[1], length)]  # the report reads it teacher-forced
+    arena = None
     if text.shape[1] >= 2:  # flash, arena, bits per token against Keras
-        print(tflite_export.verify_causal_lm(model_bytes, model, text).table())
+        report = tflite_export.verify_causal_lm(model_bytes, model, text)
+        print(report.table())
+        arena = report.arena_bytes
     for runtime, found in tokens.items():
         print(f"| {runtime} greedy tokens | {found[0, len(prompt[0]) :].tolist()} |")
     if len(tokens) == 2:
         same = bool((tokens["litert"] == tokens["tflm"]).all())
         print(f"| TFLM == LiteRT | {same} |")
-    return write_outputs(args, model_bytes)
+    contract = tflite_export.device_contract(model_bytes)
+    print(contract.table())
+    code = write_outputs(args, model_bytes)
+    if args.c_array:
+        header = contract_header(args.out)
+        text = contract.c_header("g_model", arena_bytes=arena)
+        tflite_export.atomic_write(header, text, force=args.force)
+        print(f"wrote {header} (the decode step's device contract)")
+    return code
+
+
+def contract_header(out):
+    """Where `--c-array` puts an LM's device contract: OUT_decode.h."""
+    return out.with_name(f"{out.stem}_decode.h")
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ from keras_posenc.models import CausalLM
 from keras_posenc.ops.cache import static_decoding
 from keras_posenc.ops.rotary import ROPE_TYPES
 from keras_posenc.utils import nested_layers
+from tflite_export.contract import device_contract, name_tensors
 from tflite_export.convert import ExportError
 
 #: Where a causal LM runs: LiteRT (phones) or TFLM (microcontrollers).
@@ -42,7 +43,11 @@ def convert_causal_lm(
     types whose frequencies depend on the current length): inputs `token`
     `(1, 1)` int32, `index` `()` int32 (the token's position) and
     `cache_0 .. cache_{n-1}` (`model.cache_shapes(1, max_length)`); outputs
-    `logits` `(1, 1, V)` and the updated caches. Signature `prefill`
+    `logits` `(1, 1, V)` and the updated caches, in that order in the
+    subgraph's input and output lists, each tensor named as its signature
+    key (a firmware reads them by position: `tflite_export.device_contract`
+    gives positions, shapes, scales and zero points, as a table or a C
+    header, and which output cache feeds which input). Signature `prefill`
     (LiteRT only): input `tokens` `(1, max_length)` int32, a prompt padded at
     the end; outputs `logits` `(1, max_length, V)` and the caches (slots past
     the prompt are overwritten by later decode steps before anything reads
@@ -148,6 +153,7 @@ def convert_causal_lm(
             raise ExportError(
                 f"TFLite conversion failed in mode={mode!r}: {error}"
             ) from error
+    model_bytes = name_tensors(model_bytes)
     _check_types(model_bytes, mode, keys)
     return model_bytes
 
@@ -253,6 +259,11 @@ def _check_types(model_bytes, mode, keys):
     found = sorted(interpreter.get_signature_list())
     if found != sorted(keys):
         raise ExportError(f"Expected signatures {sorted(keys)}, found {found}")
+    contract = device_contract(model_bytes)
+    layout = [port.name for port in contract.inputs + contract.outputs]
+    caches = list(contract.caches)
+    if layout != ["token", "index", *caches, "logits", *caches]:
+        raise ExportError(f"The decode step's tensors are out of order: {layout}")
     if mode == "float32":
         return
     for key in keys:

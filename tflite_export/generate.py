@@ -12,7 +12,8 @@ import numpy as np
 
 from keras_posenc import generation
 from tflite_export._child import run_worker
-from tflite_export.verify import dequantize, quantize
+from tflite_export.contract import device_contract
+from tflite_export.verify import dequantize
 
 #: Interpreters `generate_tflite` can use.
 RUNTIMES = ("litert", "tflm")
@@ -116,84 +117,76 @@ def _model_facts(model_bytes):
     """`(cache length S, vocabulary V, signature names)` of a converted LM."""
     from ai_edge_litert.interpreter import Interpreter
 
-    interpreter = Interpreter(model_content=bytes(model_bytes))
-    signatures = interpreter.get_signature_list()
-    if "decode" not in signatures:
+    try:
+        contract = device_contract(bytes(model_bytes))
+    except ValueError as error:
         _fail(
             "model_bytes",
             "a causal LM export of convert_causal_lm (a decode signature)",
-            f"signatures {sorted(signatures)}",
+            str(error),
         )
-    runner = interpreter.get_signature_runner("decode")
-    cache = runner.get_input_details()["cache_0"]["shape"][2]
-    vocab = runner.get_output_details()["logits"]["shape"][-1]
-    return int(cache), int(vocab), set(signatures)
+    signatures = Interpreter(model_content=bytes(model_bytes)).get_signature_list()
+    return contract.cache_length, contract.vocab_size, set(signatures)
 
 
 class Decoder:
-    """`prefill` / `step` callables over a converted LM in one interpreter."""
+    """`prefill` / `step` callables over a converted LM in one interpreter.
+
+    Both interpreters find the decode step's tensors through its
+    `tflite_export.device_contract` (LiteRT by name, TFLM by position, as a
+    firmware does) and quantize with the contract's scales and zero points.
+    """
 
     def __init__(self, model_bytes, runtime):
         from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
+        self.contract = device_contract(bytes(model_bytes))
+        self.caches = self.contract.caches
         # Builtin kernels, no XNNPACK: the arithmetic TFLM reproduces.
         self.litert = Interpreter(
             model_content=bytes(model_bytes),
             experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES,
         )
         self.signatures = self.litert.get_signature_list()
-        decode = self.litert.get_signature_runner("decode")
-        self.inputs = decode.get_input_details()
-        self.outputs = decode.get_output_details()
-        self.caches = sorted(
-            (n for n in self.inputs if n.startswith("cache_")), key=_number
-        )
         if runtime == "tflm":  # one subgraph: tensors by their position
             from tflite_micro.python.tflite_micro import runtime as micro
 
             self.micro = micro.Interpreter.from_bytes(
                 bytes(model_bytes), arena_size=16 << 20
             )
-            order = [d["index"] for d in self.litert.get_input_details()]
-            self.input_slot = {
-                n: order.index(d["index"]) for n, d in self.inputs.items()
-            }
-            order = [d["index"] for d in self.litert.get_output_details()]
-            self.output_slot = {
-                n: order.index(d["index"]) for n, d in self.outputs.items()
-            }
         else:
             self.micro = None
-            self.decode = decode
+            self.decode = self.litert.get_signature_runner("decode")
         self.reset()
 
     def reset(self):
+        """Every cache at real zero (its zero point), as a firmware starts."""
         self.state = [
-            np.zeros(self.inputs[name]["shape"], np.float32) for name in self.caches
+            np.zeros(self.contract.input_port(name).shape, np.float32)
+            for name in self.caches
         ]
 
     def run_decode(self, token, index):
+        contract = self.contract
         feeds = {
             "token": np.array([[token]], np.int32),
             "index": np.array(index, np.int32),
         }
         feeds.update(zip(self.caches, self.state))
-        raw = {
-            name: quantize(np.asarray(v), self.inputs[name])
-            for name, v in feeds.items()
-        }
+        raw = {name: contract.input_port(name).quantize(v) for name, v in feeds.items()}
         if self.micro is None:
             results = self.decode(**raw)
         else:
             for name, value in raw.items():
-                self.micro.set_input(value, self.input_slot[name])
+                self.micro.set_input(value, contract.input_port(name).index)
             self.micro.invoke()
             results = {
-                name: np.array(self.micro.get_output(slot))
-                for name, slot in self.output_slot.items()
+                port.name: np.array(self.micro.get_output(port.index))
+                for port in contract.outputs
             }
         values = {
-            name: dequantize(results[name], self.outputs[name]) for name in results
+            name: contract.output_port(name).dequantize(results[name])
+            for name in results
         }
         self.state = [values[name] for name in self.caches]
         return values["logits"][:, -1]  # (1, V)
@@ -210,9 +203,7 @@ class Decoder:
             self.state = [values[name] for name in self.caches]
             return values["logits"][:, length - 1]
         logits = None
-        for t in range(
-            tokens.shape[1]
-        ):  # decode-only models read the prompt token by token
+        for t in range(tokens.shape[1]):  # decode-only: the prompt token by token
             logits = self.run_decode(int(tokens[0, t]), t)
         return logits
 
@@ -222,10 +213,6 @@ class Decoder:
 
 def _fail(name, expectation, value):
     raise ValueError(f"`{name}` must be {expectation}. Received: {name}={value!r}")
-
-
-def _number(name):
-    return int(name.split("_")[-1])
 
 
 #: Seconds a TFLM generation subprocess may run.

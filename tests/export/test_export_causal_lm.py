@@ -111,7 +111,7 @@ def decided_length(model_bytes, tokens, prompt_length):
     agree exactly.
     """
     litert, tflm = Decoder(model_bytes, "litert"), Decoder(model_bytes, "tflm")
-    step = litert.outputs["logits"]["quantization"][0]
+    step = litert.contract.output_port("logits").scale
     end = len(tokens)
     for t in range(len(tokens) - 1):
         logits = litert.run_decode(int(tokens[t]), t)[0]

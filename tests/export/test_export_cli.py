@@ -1,5 +1,6 @@
 import os
 import pathlib
+import re
 import subprocess
 import sys
 import time
@@ -220,15 +221,26 @@ def saved_lm(tmp_path_factory):
 def test_a_causal_lm_exports_for_microcontrollers(saved_lm, tmp_path, capsys):
     out = tmp_path / "lm.tflite"
     args = [str(saved_lm / "lm.keras"), "--calibration", str(saved_lm / "ids.npy")]
-    code = main(args + ["--out", str(out), "--target", "tflm", "--max-length", "12"])
+    args += ["--out", str(out), "--target", "tflm", "--max-length", "12", "--c-array"]
+    (tmp_path / "lm_decode.h").write_text("mine")
+    assert main(args) == BAD_INPUT  # the contract header exists: nothing done
+    assert "lm_decode.h exists" in capsys.readouterr().err and not out.exists()
+    (tmp_path / "lm_decode.h").unlink()
+    code = main(args)
     printed = capsys.readouterr().out
     assert code == 0, printed
     assert "| TFLM == LiteRT | True |" in printed
     for row in ("| flash (the .tflite)", "| TFLM arena", "| bits per token, Keras"):
         assert row in printed, row  # the LM report (verify_causal_lm)
-    from tflite_export.generate import cache_length
+    from tflite_export import device_contract
 
-    assert cache_length(out.read_bytes()) == 12
+    contract = device_contract(out.read_bytes())
+    assert contract.cache_length == 12
+    assert contract.table() in printed
+    header = (tmp_path / "lm_decode.h").read_text()
+    arena = re.search(r"TFLM arena\s*\| (\d+) bytes", printed).group(1)
+    assert header == contract.c_header("g_model", arena_bytes=int(arena))
+    assert (tmp_path / "lm.cc").exists() and (tmp_path / "lm.h").exists()
 
 
 def test_causal_lm_options_are_refused_for_other_models(saved, tmp_path, capsys):

@@ -1,0 +1,517 @@
+"""The device contract of a causal LM export: every tensor a firmware touches.
+
+A decode step of `convert_causal_lm` reads the token, its position and the
+caches, and writes the logits and the updated caches; between steps each
+output cache goes back into its input. `device_contract` reads all of it from
+the `.tflite` bytes (positions in the subgraph's input and output lists,
+names, shapes, dtypes, scales, zero points, which output feeds which input),
+`DeviceContract.table()` prints it and `DeviceContract.c_header()` writes it
+as a C/C++ header for the firmware (`docs/lm_on_device.md` drives TFLM with
+it). The Python TFLM runner (`tflite_export.generate`) finds its tensors by
+the same contract.
+
+Usage:
+    python -m tflite_export.contract MODEL.tflite [--header OUT.h] [--name g_model]
+"""
+
+import dataclasses
+import re
+import struct
+
+import numpy as np
+
+from tflite_export.verify import dequantize, quantize
+
+#: Inputs of the decode step, in the order `convert_causal_lm` lays them out.
+STEP_INPUTS = ("token", "index")
+#: The decode step's first output; the caches follow.
+STEP_OUTPUTS = ("logits",)
+#: A cache byte copy is exact while `|scale_out / scale_in - 1| * 255 < 1/2`.
+COPY_TOLERANCE = 0.5 / 255
+
+
+@dataclasses.dataclass(frozen=True)
+class Port:
+    """One input or output of a signature."""
+
+    index: int  # position in the subgraph's input (or output) list
+    name: str
+    shape: tuple
+    dtype: str
+    scale: float  # 0.0: not quantized
+    zero_point: int
+    tensor: int  # the tensor's index in the subgraph
+
+    @property
+    def bytes(self):
+        return int(np.prod(self.shape, dtype=np.int64)) * np.dtype(self.dtype).itemsize
+
+    def quantize(self, values):
+        """`values` (real numbers) as this port's raw dtype."""
+        return quantize(np.asarray(values), self._detail())
+
+    def dequantize(self, raw):
+        """Real float32 values of this port's raw `raw`."""
+        return dequantize(np.asarray(raw), self._detail())
+
+    def _detail(self):  # the LiteRT tensor detail `verify` reads
+        return {"dtype": self.dtype, "quantization": (self.scale, self.zero_point)}
+
+
+@dataclasses.dataclass(frozen=True)
+class Feed:
+    """An output cache that becomes an input cache before the next step."""
+
+    output: int
+    input: int
+    copy: bool  # True: a byte copy is exact (same zero point, same scale)
+
+
+@dataclasses.dataclass(frozen=True)
+class DeviceContract:
+    """What a firmware needs to drive the decode step of an LM export."""
+
+    signature: str
+    subgraph: int
+    inputs: tuple
+    outputs: tuple
+    feeds: tuple
+    ops: tuple
+
+    @property
+    def cache_length(self):
+        """S: the slots of a key/value cache `(1, 2, S, N, H)`."""
+        keys = [p for p in self.inputs if p.name in self.caches and len(p.shape) == 5]
+        return int((keys or [self.input_port("cache_0")])[0].shape[2])
+
+    @property
+    def vocab_size(self):
+        return int(self.output_port("logits").shape[-1])
+
+    @property
+    def caches(self):
+        return tuple(p.name for p in self.inputs if p.name.startswith("cache_"))
+
+    @property
+    def cache_bytes(self):
+        """Bytes of all cache inputs: the state a firmware keeps between steps."""
+        return sum(self.input_port(name).bytes for name in self.caches)
+
+    def input_port(self, name):
+        return _port(self.inputs, name, "input")
+
+    def output_port(self, name):
+        return _port(self.outputs, name, "output")
+
+    def table(self):
+        """The contract as a Markdown table, with the step's protocol under it."""
+        lines = [
+            f"signature `{self.signature}` (subgraph {self.subgraph}): "
+            f"cache length {self.cache_length}, vocabulary {self.vocab_size}",
+            "",
+            "| | index | name | shape | dtype | scale | zero point | bytes |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        ]
+        for kind, ports in (("input", self.inputs), ("output", self.outputs)):
+            for port in ports:
+                scale = f"{port.scale:.9g}" if port.scale else "-"
+                zero = str(port.zero_point) if port.scale else "-"
+                lines.append(
+                    f"| {kind} | {port.index} | {port.name} | {list(port.shape)} | "
+                    f"{port.dtype} | {scale} | {zero} | {port.bytes} |"
+                )
+        lines += ["", *self.protocol()]
+        return "\n".join(lines)
+
+    def protocol(self):
+        """The decoding loop in words, one line each."""
+        moves = []
+        for feed in self.feeds:
+            out, into = self.outputs[feed.output], self.inputs[feed.input]
+            if feed.copy:
+                moves.append(
+                    f"copy the bytes of output {feed.output} (cache {feed.input})"
+                )
+            else:
+                moves.append(
+                    f"requantize output {feed.output} (cache {feed.input}): "
+                    f"round((raw{-out.zero_point:+d}) * {out.scale:.9g} / "
+                    f"{into.scale:.9g}){into.zero_point:+d}, clamped to int8"
+                )
+        steps = [
+            f"1. Keep the caches in a buffer of your own ({self.cache_bytes} bytes), "
+            "each filled with its input's zero point (real 0) at the start.",
+            "2. Per token t = 0, 1, ...: write the token id to input "
+            f"{self.input_port('token').index}, t to input "
+            f"{self.input_port('index').index} and each cache from your buffer to "
+            f"its input ({', '.join(str(f.input) for f in self.feeds)}); invoke.",
+            f"3. Read the logits from output {self.output_port('logits').index} "
+            "(real = scale * (raw - zero point); argmax needs no dequantizing).",
+            "4. Before writing any input, move the new caches into your buffer "
+            "(TFLM may reuse an input's memory for an output): "
+            + "; ".join(moves)
+            + ".",
+            f"5. Stop before t reaches the cache length {self.cache_length}.",
+        ]
+        return steps
+
+    def c_header(self, name="g_model", arena_bytes=None):
+        """A C/C++ header of the contract; its macros and arrays start `name`."""
+        _check_identifier(name, "name")
+        upper = name.upper()
+        guard = f"{upper}_{self.signature.upper()}_H_"
+        ports = f"{name}_port"
+        lines = [
+            "// Generated by tflite_export: the device contract of a causal LM's",
+            f"// `{self.signature}` step (subgraph {self.subgraph}).",
+            *(f"// {line}" for line in self.protocol()),
+            f"// Ops to register: {', '.join(self.ops)}.",
+            f"#ifndef {guard}",
+            f"#define {guard}",
+            "",
+            "#include <math.h>",
+            "#include <stdint.h>",
+            "#include <string.h>",
+            "",
+            f"#define {upper}_CACHE_LENGTH {self.cache_length}",
+            f"#define {upper}_VOCAB_SIZE {self.vocab_size}",
+            f"#define {upper}_NUM_INPUTS {len(self.inputs)}",
+            f"#define {upper}_NUM_OUTPUTS {len(self.outputs)}",
+            f"#define {upper}_NUM_CACHES {len(self.feeds)}",
+            f"#define {upper}_CACHE_BYTES {self.cache_bytes}",
+            f"#define {upper}_NUM_OPS {len(self.ops)}",
+        ]
+        if arena_bytes is not None:
+            lines.append(f"#define {upper}_ARENA_BYTES {int(arena_bytes)}")
+        for kind, group in (("INPUT", self.inputs), ("OUTPUT", self.outputs)):
+            for port in group:
+                macro = f"{upper}_{kind}_{port.name.upper()}"
+                lines.append(f"#define {macro} {port.index}")
+        for kind, group in (("INPUT", self.inputs), ("OUTPUT", self.outputs)):
+            for port in group:
+                if port.scale:
+                    macro = f"{upper}_{kind}_{port.name.upper()}"
+                    lines += [
+                        f"#define {macro}_SCALE {_float(port.scale)}",
+                        f"#define {macro}_ZERO_POINT {port.zero_point}",
+                    ]
+        lines += [
+            "",
+            "// One input or output: position, name, shape, dtype, quantization.",
+            "typedef struct {",
+            "  int index;",
+            "  const char* name;",
+            "  int rank;",
+            "  int shape[6];",
+            "  const char* dtype;",
+            "  float scale;  // 0: not quantized",
+            "  int zero_point;",
+            "  int bytes;",
+            f"}} {ports};",
+            "",
+            "// An output cache that goes back into an input before the next step.",
+            "typedef struct {",
+            "  int output;",
+            "  int input;",
+            "  int bytes;",
+            "  int copy;  // 1: copy the bytes; 0: requantize (scales differ)",
+            "  float output_scale;",
+            "  int output_zero_point;",
+            "  float input_scale;",
+            "  int input_zero_point;",
+            f"}} {name}_feed;",
+            "",
+        ]
+        for kind, group in (("inputs", self.inputs), ("outputs", self.outputs)):
+            lines.append(f"static const {ports} {name}_{kind}[] = {{")
+            lines += [f"    {_port_literal(port)}," for port in group]
+            lines.append("};")
+        lines.append(f"static const {name}_feed {name}_feeds[] = {{")
+        for feed in self.feeds:
+            out, into = self.outputs[feed.output], self.inputs[feed.input]
+            lines.append(
+                f"    {{{feed.output}, {feed.input}, {into.bytes}, {int(feed.copy)}, "
+                f"{_float(out.scale)}, {out.zero_point}, {_float(into.scale)}, "
+                f"{into.zero_point}}},"
+            )
+        lines += [
+            "};",
+            "",
+            "// Output cache `from` of `feed` as the raw bytes `to` of its input.",
+            f"static inline void {name}_feed_cache(const {name}_feed* feed,",
+            f"{' ' * (len(name) + 31)}const int8_t* from, int8_t* to) {{",
+            "  if (feed->copy) {",
+            "    memcpy(to, from, (size_t)feed->bytes);",
+            "    return;",
+            "  }",
+            "  for (int i = 0; i < feed->bytes; ++i) {",
+            "    float real = (float)(from[i] - feed->output_zero_point) *",
+            "                 feed->output_scale;",
+            "    long q = lrintf(real / feed->input_scale) + feed->input_zero_point;",
+            "    to[i] = (int8_t)(q < -128 ? -128 : (q > 127 ? 127 : q));",
+            "  }",
+            "}",
+            "",
+            "// The greedy token: the first largest of the raw int8 logits.",
+            f"static inline int {name}_argmax(const int8_t* logits) {{",
+            "  int best = 0;",
+            f"  for (int v = 1; v < {upper}_VOCAB_SIZE; ++v) {{",
+            "    if (logits[v] > logits[best]) best = v;",
+            "  }",
+            "  return best;",
+            "}",
+            "",
+            f"#endif  // {guard}",
+            "",
+        ]
+        return "\n".join(lines)
+
+
+def device_contract(model_bytes):
+    """The `DeviceContract` of the decode step of a `convert_causal_lm` export.
+
+    Example (`model_bytes` from `convert_causal_lm`):
+
+        contract = device_contract(model_bytes)
+        print(contract.table())
+        header_text = contract.c_header("g_model")
+    """
+    signature = "decode"
+    from ai_edge_litert import schema_py_generated as schema
+
+    if not isinstance(model_bytes, (bytes, bytearray)):
+        raise TypeError(
+            "`model_bytes` must be bytes of convert_causal_lm. "
+            f"Received: {type(model_bytes).__name__}"
+        )
+    model = _root(schema, bytes(model_bytes))
+    found = _signatures(model)
+    if signature not in found:
+        raise ValueError(
+            "`model_bytes` must be a causal LM export of convert_causal_lm (a "
+            f"decode signature). Received: signatures {sorted(found)}"
+        )
+    number, inputs, outputs = found[signature]
+    subgraph = model.Subgraphs(number)
+    in_ports = tuple(
+        _port_of(subgraph, position, tensor, inputs)
+        for position, tensor in enumerate(subgraph.InputsAsNumpy())
+    )
+    out_ports = tuple(
+        _port_of(subgraph, position, tensor, outputs)
+        for position, tensor in enumerate(subgraph.OutputsAsNumpy())
+    )
+    feeds = []
+    by_name = {port.name: port for port in in_ports}
+    for port in out_ports:
+        if port.name in by_name:
+            into = by_name[port.name]
+            copy = into.zero_point == port.zero_point and (
+                into.scale == port.scale
+                or (
+                    into.scale > 0 and abs(port.scale / into.scale - 1) < COPY_TOLERANCE
+                )
+            )
+            feeds.append(Feed(port.index, into.index, bool(copy)))
+    contract = DeviceContract(
+        signature, number, in_ports, out_ports, tuple(feeds), _ops(schema, model)
+    )
+    missing = {"token", "index", "cache_0"} - {p.name for p in in_ports}
+    if missing or "logits" not in {p.name for p in out_ports}:
+        raise ValueError(
+            "`model_bytes` must be a causal LM export of convert_causal_lm "
+            "(inputs token, index, cache_0.., output logits). Received: inputs "
+            f"{[p.name for p in in_ports]}, outputs {[p.name for p in out_ports]}"
+        )
+    return contract
+
+
+def name_tensors(model_bytes):
+    """The LM export with every signature's tensors named and ordered for people.
+
+    The converter names a signature's outputs `PartitionedCall:N` and orders
+    inputs and outputs as it likes. This lays each signature's subgraph out
+    as `token, index, cache_0 ..` (or `tokens`) in and `logits, cache_0 ..`
+    out, each tensor named as its signature key. The edit is in place: the
+    subgraph's input and output lists are permuted (signatures point at
+    tensors, not positions) and each name is written over the old one (never
+    longer), so no buffer moves and the model runs exactly as before.
+    """
+    from ai_edge_litert import schema_py_generated as schema
+
+    data = bytearray(model_bytes)
+    model = _root(schema, data)
+    for number, inputs, outputs in _signatures(model).values():
+        subgraph = model.Subgraphs(number)
+        for names, listed in (
+            (inputs, subgraph.InputsAsNumpy()),
+            (outputs, subgraph.OutputsAsNumpy()),
+        ):
+            tensors = {tensor: name for name, tensor in names.items()}
+            if sorted(int(t) for t in listed) != sorted(tensors):
+                raise ValueError(
+                    "A signature does not list its subgraph's inputs and outputs"
+                )
+            ordered = sorted(tensors, key=lambda t: _order(tensors[t]))
+            listed[:] = np.asarray(ordered, listed.dtype)  # a view into `data`
+            for tensor, name in tensors.items():
+                _rename(data, subgraph.Tensors(tensor), name)
+    return bytes(data)
+
+
+def _root(schema, data):
+    if len(data) < 8 or bytes(data[4:8]) != b"TFL3":
+        raise ValueError(
+            "`model_bytes` must be a .tflite flatbuffer (identifier TFL3). "
+            f"Received: {len(data)} bytes starting {bytes(data[:8])!r}"
+        )
+    return schema.Model.GetRootAs(data, 0)
+
+
+def _signatures(model):
+    """`{key: (subgraph, {input name: tensor}, {output name: tensor})}`."""
+    found = {}
+    for k in range(model.SignatureDefsLength()):
+        definition = model.SignatureDefs(k)
+        inputs = {
+            definition.Inputs(i).Name().decode(): definition.Inputs(i).TensorIndex()
+            for i in range(definition.InputsLength())
+        }
+        outputs = {
+            definition.Outputs(i).Name().decode(): definition.Outputs(i).TensorIndex()
+            for i in range(definition.OutputsLength())
+        }
+        found[definition.SignatureKey().decode()] = (
+            definition.SubgraphIndex(),
+            inputs,
+            outputs,
+        )
+    return found
+
+
+def _order(name):
+    """Sort key: token/tokens, index, logits first, then caches by number."""
+    first = {"token": 0, "tokens": 0, "index": 1, "logits": 0}
+    if name in first:
+        return (first[name], 0, name)
+    match = re.fullmatch(r"cache_(\d+)", name)
+    return (2, int(match.group(1)), name) if match else (3, 0, name)
+
+
+def _rename(data, tensor, name):
+    """Writes `name` over `tensor`'s name string (same place, never longer)."""
+    slot = tensor._tab.Offset(10)  # Tensor.name in the TFLite schema
+    if slot == 0:
+        raise ValueError("A signature tensor has no name to replace")
+    position = tensor._tab.Pos + slot
+    start = position + struct.unpack_from("<I", data, position)[0]
+    length = struct.unpack_from("<I", data, start)[0]
+    if bytes(data[start + 4 : start + 4 + length]) != tensor.Name():
+        raise ValueError("The tensor's name is not where the schema puts it")
+    new = name.encode()
+    if len(new) > length:
+        return  # keep a short name the signature already explains
+    data[start + 4 : start + 5 + length] = new + bytes(length + 1 - len(new))
+    struct.pack_into("<I", data, start, len(new))
+
+
+def _port_of(subgraph, position, tensor, names):
+    from ai_edge_litert import schema_py_generated as schema
+
+    entry = subgraph.Tensors(int(tensor))
+    by_tensor = {index: name for name, index in names.items()}
+    quantization = entry.Quantization()
+    scale, zero = 0.0, 0
+    if quantization is not None and quantization.ScaleLength() == 1:
+        scale = float(quantization.Scale(0))
+        zero = int(quantization.ZeroPoint(0))
+    types = {
+        value: key.lower()
+        for key, value in vars(schema.TensorType).items()
+        if not key.startswith("_")
+    }
+    return Port(
+        index=position,
+        name=by_tensor.get(int(tensor), entry.Name().decode()),
+        shape=tuple(int(size) for size in entry.ShapeAsNumpy())
+        if entry.ShapeLength()
+        else (),
+        dtype=types[entry.Type()],
+        scale=scale,
+        zero_point=zero,
+        tensor=int(tensor),
+    )
+
+
+def _ops(schema, model):
+    codes = vars(schema.BuiltinOperator).items()
+    names = {value: key for key, value in codes if key.isupper()}
+    found = set()
+    for k in range(model.OperatorCodesLength()):
+        code = model.OperatorCodes(k)
+        builtin = max(code.BuiltinCode(), code.DeprecatedBuiltinCode())
+        found.add(names.get(builtin, f"BUILTIN_{builtin}"))
+    return tuple(sorted(found))
+
+
+def _port(ports, name, kind):
+    for port in ports:
+        if port.name == name:
+            return port
+    raise KeyError(f"no {kind} named {name!r}; found {[p.name for p in ports]}")
+
+
+def _port_literal(port):
+    shape = list(port.shape) + [0] * (6 - len(port.shape))
+    return (
+        f'{{{port.index}, "{port.name}", {len(port.shape)}, '
+        f'{{{", ".join(map(str, shape))}}}, "{port.dtype}", '
+        f"{_float(port.scale)}, {port.zero_point}, {port.bytes}}}"
+    )
+
+
+def _float(value):
+    """A C float literal that reads back as the same float32."""
+    return f"{np.float32(value)!r}".replace("np.float32(", "").rstrip(")") + "f"
+
+
+def _check_identifier(value, argument):
+    if not isinstance(value, str) or not re.fullmatch(r"[A-Za-z_]\w*", value):
+        raise ValueError(
+            f"`{argument}` must be a C identifier. Received: {argument}={value!r}"
+        )
+
+
+def main(argv=None):
+    """Prints a model's contract table; `--header` also writes the C header."""
+    import argparse
+    import pathlib
+    import sys
+
+    from tflite_export.c_array import atomic_write
+
+    parser = argparse.ArgumentParser(prog="python -m tflite_export.contract")
+    parser.add_argument("model", type=pathlib.Path, help="an LM export (.tflite)")
+    parser.add_argument("--header", type=pathlib.Path, default=None)
+    parser.add_argument("--name", default="g_model", help="prefix of the C names")
+    parser.add_argument("--force", action="store_true", help="overwrite --header")
+    args = parser.parse_args(argv)
+    try:
+        _check_identifier(args.name, "--name")
+        if args.header is not None and args.header.resolve() == args.model.resolve():
+            raise ValueError(f"--header {args.header} is the model; choose another")
+        contract = device_contract(args.model.read_bytes())
+        header = contract.c_header(args.name) if args.header else None
+        if header is not None:
+            atomic_write(args.header, header, force=args.force)
+    except (OSError, ValueError, TypeError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    print(contract.table())
+    if header is not None:
+        print(f"wrote {args.header}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
