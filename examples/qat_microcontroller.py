@@ -37,7 +37,8 @@ def main(argv=None):
     model = recipes.digits_classifier("hybrid", hidden_dim=32)
     model.fit(train_x, train_y, epochs=epochs, batch_size=32, verbose=0)
     float_accuracy = model.evaluate(test_x, test_y, verbose=0)[1]
-    qat = recipes.compile_classifier(tflite_export.quantize_aware(model), 2e-4)
+    qat_model = tflite_export.quantize_aware(model, engine="tfmot")
+    qat = recipes.compile_classifier(qat_model, 2e-4)
     qat.fit(train_x, train_y, epochs=qat_epochs, batch_size=32, verbose=0)
     model_bytes = tflite_export.convert(qat, train_x, mode="int8")
     report = tflite_export.verify(model_bytes, None, test_x, test_y)

@@ -9,6 +9,7 @@ The root holds the public layers and the role namespaces, as keras-hub's:
 from keras_posenc import data, generation, layers, models, ops, training, utils
 from keras_posenc._compat import IS_KERAS_3
 from keras_posenc.layers import (
+    ActivationRange,
     CombinedPositionInput,
     DynamicPositionBias,
     GatedPositionFusion,
@@ -16,6 +17,8 @@ from keras_posenc.layers import (
     LayerNorm,
     LearnedPositionEmbedding,
     MeanPooling,
+    QuantizedAdd,
+    QuantizedDense,
     RecursivePositionUpdate,
     RelativeMultiHeadAttention,
     RelativePositionBias,
@@ -30,6 +33,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "IS_KERAS_3",
+    "ActivationRange",
     "CombinedPositionInput",
     "DynamicPositionBias",
     "GatedPositionFusion",
@@ -37,6 +41,8 @@ __all__ = [
     "LayerNorm",
     "LearnedPositionEmbedding",
     "MeanPooling",
+    "QuantizedAdd",
+    "QuantizedDense",
     "RecursivePositionUpdate",
     "RelativeMultiHeadAttention",
     "RelativePositionBias",

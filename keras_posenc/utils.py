@@ -4,6 +4,8 @@
 package's private modules.
 """
 
+import collections.abc
+
 from keras_posenc._compat import REGISTERED, keras
 from keras_posenc.layers import _rope_checks
 from keras_posenc.layers.rotary_embedding import RotaryEmbedding
@@ -41,6 +43,8 @@ def nested_layers(root, descend=None):
         children = list(layer.layers) if isinstance(layer, keras.Model) else []
         for value in vars(layer).values():
             items = value if isinstance(value, (list, tuple)) else [value]
+            if isinstance(value, collections.abc.Mapping):  # named sublayers
+                items = list(value.values())
             children.extend(i for i in items if isinstance(i, keras.layers.Layer))
         stack.extend(children)
     return found

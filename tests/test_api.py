@@ -106,6 +106,7 @@ def _example_instance(cls):
         "num_classes": 3,
         "vocab_size": 10,
         "output_dim": 4,
+        "units": 4,
     }
     params = inspect.signature(cls.__init__).parameters
     kwargs = {

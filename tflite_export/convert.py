@@ -37,7 +37,10 @@ def convert(model, representative_data, mode="int8", sequence_length=None):
     Args:
         model: a `keras.Model` with one input (float or QAT).
         representative_data: array `(N, T)` of token ids or `(N, T, F)` of
-            features, used to calibrate activation ranges.
+            features, used to calibrate activation ranges; None for a model
+            of `quantize_aware` (its ranges come from training, and the
+            converter needs no data: `mode="int8"` only, and every op must
+            come out integer, else an `ExportError` names the float ones).
         mode: one of `MODES`.
         sequence_length: int or None, the fixed T.
 
@@ -48,7 +51,12 @@ def convert(model, representative_data, mode="int8", sequence_length=None):
         raise ValueError(f"`mode` must be one of {MODES}. Received: mode={mode!r}")
     if not isinstance(model, keras.Model):
         raise TypeError(f"`model` must be a keras.Model. Received: model={model!r}")
-    data = check_representative_data(model, representative_data, sequence_length)
+    trained_ranges = representative_data is None
+    if trained_ranges:
+        shape, dtype = _trained_ranges_input(model, mode, sequence_length)
+    else:
+        data = check_representative_data(model, representative_data, sequence_length)
+        shape, dtype = data.shape[1:], data.dtype
     blockers = microcontroller_blockers(model)
     if blockers:
         raise ExportError(
@@ -57,19 +65,23 @@ def convert(model, representative_data, mode="int8", sequence_length=None):
         )
     # Traced with bounded masking: a -1e9 constant would wreck int8 ranges.
     with keras_posenc.ops.bounded_masking():
-        static = static_model(model, data.shape[1:], data.dtype)
+        static = static_model(model, shape, dtype)
         converter = tf.lite.TFLiteConverter.from_keras_model(static)
     if mode != "float32":
         converter.optimizations = [tf.lite.Optimize.DEFAULT]
-        converter.representative_dataset = _calibration(data)
         if mode == "int8":
             ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
             io_type = tf.int8
         else:
             ops = [INT16X8_OPS]
             io_type = tf.int16
-        converter.target_spec.supported_ops = ops
-        if data.dtype.kind == "f":  # integer token ids stay int32
+        if trained_ranges:  # the fake quantizers' ranges: QAT mode, no data
+            ops = None  # the converter refuses INT8-only ops without data
+        else:
+            converter.representative_dataset = _calibration(data)
+        if ops is not None:
+            converter.target_spec.supported_ops = ops
+        if np.dtype(dtype).kind == "f":  # integer token ids stay int32
             converter.inference_input_type = io_type
         converter.inference_output_type = io_type
     # Keras 3 lists every endpoint's TensorSpec while exporting for the
@@ -80,8 +92,71 @@ def convert(model, representative_data, mode="int8", sequence_length=None):
     except Exception as error:  # the converter raises many private types
         message = f"TFLite conversion failed in mode={mode!r}: {error}"
         raise ExportError(message) from error
-    check_io_types(model_bytes, mode, data.dtype)
+    check_io_types(model_bytes, mode, dtype)
+    if trained_ranges:
+        check_integer_ops(model_bytes)
     return model_bytes
+
+
+def is_quantization_aware(model):
+    """Whether `model` rounds as int8 TFLite does (`quantize_aware`'s models)."""
+    return any(
+        isinstance(layer, keras_posenc.layers.ActivationRange)
+        for layer in nested_layers(model)
+    )
+
+
+def _trained_ranges_input(model, mode, sequence_length):
+    """`(input shape, dtype)` for converting a QAT model without data."""
+    if not is_quantization_aware(model):
+        raise ExportError(
+            "`representative_data` may be None only for a model of "
+            "tflite_export.quantize_aware (its int8 ranges come from training). "
+            f"Received: None for {model.name}, which has no fake quantizers"
+        )
+    if mode != "int8":
+        raise ExportError(
+            "A quantization-aware model converts without data in mode='int8' "
+            f"only. Received: mode={mode!r}"
+        )
+    if len(model.inputs) != 1:
+        raise ExportError(
+            f"`model` must have exactly one input. Received: {len(model.inputs)}"
+        )
+    spec = model.inputs[0]
+    shape = list(spec.shape[1:])
+    if shape and shape[0] is None:
+        shape[0] = sequence_length
+    if None in shape:
+        raise ExportError(
+            "`sequence_length` must be given for a model of unknown length "
+            f"converted without data. Received: input shape {tuple(spec.shape)}"
+        )
+    return tuple(shape), np.dtype(tf.as_dtype(spec.dtype).as_numpy_dtype)
+
+
+def check_integer_ops(model_bytes):
+    """Raises unless every op of the model computes in integers."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    interpreter = Interpreter(model_content=model_bytes)
+    tensors = {t["index"]: t for t in interpreter.get_tensor_details()}
+    floats = sorted(
+        {
+            op["op_name"]
+            for op in interpreter._get_ops_details()
+            if any(
+                np.dtype(tensors[i]["dtype"]).kind == "f"
+                for i in op["outputs"]
+                if i >= 0
+            )
+        }
+    )
+    if floats:
+        raise ExportError(
+            "The quantization-aware model left float ops after conversion "
+            f"({', '.join(floats)}): a tensor it computes has no fake quantizer"
+        )
 
 
 def check_io_types(model_bytes, mode, input_dtype):

@@ -1,4 +1,8 @@
-"""Quantization-aware training of keras_posenc models with TF-MOT (Keras 2 only).
+"""Quantization-aware training: the package's own (both Keras) or TF-MOT's.
+
+`quantize_aware(model)` uses the package's fake quantizers
+(`keras_posenc.training.quantization`); `quantize_aware(model,
+engine="tfmot")` uses TF-MOT (Keras 2 only), as described below.
 
 TF-MOT is imported lazily, here only: importing it switches the process to
 Keras 2 (`TF_USE_LEGACY_KERAS=1`). Its wrapper forwards one input tensor plus
@@ -29,23 +33,49 @@ class QuantizationError(RuntimeError):
     """Quantization-aware training is unavailable in this process."""
 
 
-def quantize_aware(model):
-    """A QAT copy of `model` with fake-quantized kernels and outputs.
+#: Who inserts the fake quantizers: the package itself (Keras 3 and Keras 2)
+#: or TF-MOT (Keras 2 only).
+ENGINES = ("posenc", "tfmot")
+
+
+def quantize_aware(model, engine="posenc"):
+    """A quantization-aware copy of `model`, with its weights.
+
+    With `engine="posenc"` (the default, Keras 3 and Keras 2) every tensor the
+    full-int8 TFLite model rounds passes a fake quantizer
+    (`keras_posenc.training.quantization.quantize_model`): kernels, layer
+    outputs, and inside attention the logits, the bias, the softmax and the
+    context; `convert(qat_model, None, mode="int8")` then needs no data. It
+    takes models of the layers whose rounding is modelled (see
+    `quantize_model`) and refuses others, naming them, before any work.
+
+    With `engine="tfmot"` (Keras 2 only) TF-MOT wraps the kernels and layer
+    outputs it can reach; tensors inside `call` get their ranges from the
+    representative data at conversion.
 
     Args:
         model: a float functional `keras.Model` (built by hand from the
             package's layers, or by `keras_posenc.models`).
+        engine: `"posenc"` or `"tfmot"`.
 
     Returns:
         A `keras.Model` ready for `compile` and `fit`, then for
         `tflite_export.convert`.
     """
+    if engine not in ENGINES:
+        raise ValueError(
+            f"`engine` must be one of {ENGINES}. Received: engine={engine!r}"
+        )
+    if engine == "posenc":
+        from keras_posenc.training.quantization import quantize_model
+
+        return quantize_model(model)
     if keras_posenc.IS_KERAS_3:
         raise QuantizationError(
-            "Quantization-aware training needs Keras 2: TF-MOT rejects Keras 3 "
+            "engine='tfmot' needs Keras 2: TF-MOT rejects Keras 3 "
             "models. Set TF_USE_LEGACY_KERAS=1 before TensorFlow is imported "
-            "(for example `TF_USE_LEGACY_KERAS=1 python train.py`), or convert "
-            "the float model with post-training quantization (tflite_export.convert)"
+            "(for example `TF_USE_LEGACY_KERAS=1 python train.py`), or use "
+            "engine='posenc', which runs in both"
         )
     if not isinstance(model, keras.Model):
         raise TypeError(f"`model` must be a keras.Model. Received: model={model!r}")

@@ -1,5 +1,6 @@
 """The package's layers, one public layer per module (`keras_posenc.layers`)."""
 
+from keras_posenc.layers.activation_range import ActivationRange
 from keras_posenc.layers.combined_position_input import (
     CombinedPositionInput,
     combined_attention_input,
@@ -15,6 +16,8 @@ from keras_posenc.layers.hierarchical_position_network import (
 from keras_posenc.layers.layer_norm import LayerNorm
 from keras_posenc.layers.learned_position_embedding import LearnedPositionEmbedding
 from keras_posenc.layers.mean_pooling import MeanPooling
+from keras_posenc.layers.quantized_add import QuantizedAdd
+from keras_posenc.layers.quantized_dense import QuantizedDense
 from keras_posenc.layers.recursive_position_update import RecursivePositionUpdate
 from keras_posenc.layers.relative_multi_head_attention import (
     RelativeMultiHeadAttention,
@@ -27,6 +30,7 @@ from keras_posenc.layers.sinusoidal_position_encoding import (
 from keras_posenc.layers.token_embedding import TokenEmbedding
 
 __all__ = [
+    "ActivationRange",
     "CombinedPositionInput",
     "DynamicPositionBias",
     "GatedPositionFusion",
@@ -34,6 +38,8 @@ __all__ = [
     "LayerNorm",
     "LearnedPositionEmbedding",
     "MeanPooling",
+    "QuantizedAdd",
+    "QuantizedDense",
     "RecursivePositionUpdate",
     "RelativeMultiHeadAttention",
     "RelativePositionBias",

@@ -3,7 +3,27 @@
 import tensorflow as tf
 
 from keras_posenc import _checks
-from keras_posenc._compat import keep_float32_inputs, keras, register
+from keras_posenc._compat import (
+    build_sublayer,
+    keep_float32_inputs,
+    keras,
+    register,
+)
+from keras_posenc.layers._rounding import rounder, rounding_points
+from keras_posenc.ops import quantization
+
+#: The tensors int8 TFLite rounds inside a layer norm, in order.
+ROUNDING_POINTS = (
+    "mean",
+    "centered",
+    "square",
+    "variance",
+    "variance_epsilon",
+    "inverse_deviation",
+    "normalized",
+    "scaled",
+    "output",
+)
 
 
 @register
@@ -19,9 +39,14 @@ class LayerNorm(keras.layers.Layer):
 
     Args:
         epsilon: float, added to the variance. Defaults to `1e-5`.
+        quantize: bool, fake-quantize every tensor int8 TFLite rounds (each
+            op's output on a learned range, `gamma`, `beta` and `epsilon` on
+            their own) for quantization-aware training. Defaults to False.
 
     Call arguments:
         inputs: tensor `(..., D)`.
+        training: bool, whether the batch updates the rounding ranges
+            (`quantize=True`).
 
     Returns:
         A tensor of the input's shape.
@@ -38,10 +63,13 @@ class LayerNorm(keras.layers.Layer):
         - [Ba et al., 2016](https://arxiv.org/abs/1607.06450)
     """
 
-    def __init__(self, epsilon=1e-5, **kwargs):
+    def __init__(self, epsilon=1e-5, quantize=False, **kwargs):
         epsilon = _checks.positive_float("epsilon", epsilon)
+        quantize = _checks.boolean("quantize", quantize)
         super().__init__(**kwargs)
         self.epsilon = epsilon
+        self.quantize = quantize
+        self.rounding = rounding_points(self, ROUNDING_POINTS, quantize)
         self.supports_masking = True
         keep_float32_inputs(self)  # as Keras' LayerNormalization
 
@@ -49,22 +77,35 @@ class LayerNorm(keras.layers.Layer):
         width = _checks.known_width(input_shape)
         self.gamma = self.add_weight(name="gamma", shape=(width,), initializer="ones")
         self.beta = self.add_weight(name="beta", shape=(width,), initializer="zeros")
+        for point in self.rounding.values():
+            build_sublayer(point, ())
         self.built = True
 
-    def call(self, inputs):
+    def call(self, inputs, training=None):
+        r = rounder(self.rounding, training)
         x = tf.cast(inputs, tf.float32)
-        centered = x - tf.reduce_mean(x, axis=-1, keepdims=True)
+        centered = r("centered", x - r("mean", tf.reduce_mean(x, -1, keepdims=True)))
         # centered * centered, not SQUARED_DIFFERENCE: LiteRT has no int16
         # kernel for the latter, and 16x8 export needs one.
-        variance = tf.reduce_mean(centered * centered, axis=-1, keepdims=True)
-        y = centered * tf.math.rsqrt(variance + self.epsilon)
-        y = y * tf.cast(self.gamma, tf.float32) + tf.cast(self.beta, tf.float32)
-        return tf.cast(y, self.compute_dtype)
+        square = r("square", centered * centered)
+        variance = r("variance", tf.reduce_mean(square, axis=-1, keepdims=True))
+        gamma, beta = (tf.cast(w, tf.float32) for w in (self.gamma, self.beta))
+        epsilon = tf.constant(self.epsilon, tf.float32)
+        if self.quantize:  # constants on their own int8 ranges, as converted
+            gamma, beta, epsilon = map(
+                quantization.fake_quant_constant, (gamma, beta, epsilon)
+            )
+        inverse = r(
+            "inverse_deviation",
+            tf.math.rsqrt(r("variance_epsilon", variance + epsilon)),
+        )
+        y = r("scaled", r("normalized", centered * inverse) * gamma)
+        return tf.cast(r("output", y + beta), self.compute_dtype)
 
     def compute_output_shape(self, input_shape):
         return tuple(input_shape)
 
     def get_config(self):
         config = super().get_config()
-        config.update({"epsilon": self.epsilon})
+        config.update({"epsilon": self.epsilon, "quantize": self.quantize})
         return config

@@ -4,6 +4,7 @@ import tensorflow as tf
 
 from keras_posenc import _checks
 from keras_posenc._compat import keras, register
+from keras_posenc.ops import quantization
 
 
 @register
@@ -20,6 +21,9 @@ class LearnedPositionEmbedding(keras.layers.Layer):
         max_length: int, the number of positions K in the table.
         initializer: str or initializer, for the table.
             Defaults to `"glorot_uniform"`.
+        quantize: bool, round the encoding to int8 on its own range (as the
+            converter folds it) for quantization-aware training. Defaults to
+            False.
 
     Call arguments:
         inputs: tensor `(B, T, D)`; only its shape is used.
@@ -43,10 +47,14 @@ class LearnedPositionEmbedding(keras.layers.Layer):
         - [Devlin et al., 2018](https://arxiv.org/abs/1810.04805)
     """
 
-    def __init__(self, max_length, initializer="glorot_uniform", **kwargs):
+    def __init__(
+        self, max_length, initializer="glorot_uniform", quantize=False, **kwargs
+    ):
         max_length = _checks.positive_int("max_length", max_length)
+        quantize = _checks.boolean("quantize", quantize)
         super().__init__(**kwargs)
         self.max_length = max_length
+        self.quantize = quantize
         self.initializer = keras.initializers.get(initializer)
         self.supports_masking = True
 
@@ -73,6 +81,8 @@ class LearnedPositionEmbedding(keras.layers.Layer):
             else:
                 length = tf.shape(inputs)[1]
                 encoding = tf.slice(table, [start_index, 0], [length, -1])
+        if self.quantize:  # the rows in use, on their own int8 range
+            encoding = quantization.fake_quant_constant(encoding)
         return tf.broadcast_to(encoding, tf.shape(inputs))  # (B, T, D)
 
     def compute_output_shape(self, input_shape):
@@ -84,6 +94,7 @@ class LearnedPositionEmbedding(keras.layers.Layer):
             {
                 "max_length": self.max_length,
                 "initializer": keras.initializers.serialize(self.initializer),
+                "quantize": self.quantize,
             }
         )
         return config

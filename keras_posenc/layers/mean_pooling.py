@@ -2,7 +2,9 @@
 
 import tensorflow as tf
 
-from keras_posenc._compat import keras, register
+from keras_posenc import _checks
+from keras_posenc._compat import build_sublayer, keras, register
+from keras_posenc.layers._rounding import rounder, rounding_points
 
 
 @register
@@ -15,9 +17,14 @@ class MeanPooling(keras.layers.Layer):
     is at least 1). Masked inputs are zeroed first, so a NaN in a padded
     position never reaches the output.
 
+    Args:
+        quantize: bool, fake-quantize the sum and the mean as int8 TFLite
+            rounds them, for quantization-aware training. Defaults to False.
+
     Call arguments:
         inputs: tensor `(B, T, D)`.
         mask: optional boolean `(B, T)`, True at real tokens (Keras passes it).
+        training: bool, whether the batch updates the rounding ranges.
 
     Returns:
         A `(B, D)` tensor.
@@ -36,20 +43,34 @@ class MeanPooling(keras.layers.Layer):
         - [Lin et al., 2013 (global average pooling)](https://arxiv.org/abs/1312.4400)
     """
 
-    def __init__(self, **kwargs):
+    def __init__(self, quantize=False, **kwargs):
+        quantize = _checks.boolean("quantize", quantize)
         super().__init__(**kwargs)
+        self.quantize = quantize
         self.supports_masking = True
+        self.rounding = rounding_points(self, ("sum", "output"), quantize)
 
-    def call(self, inputs, mask=None):
+    def build(self, input_shape):
+        for point in self.rounding.values():
+            build_sublayer(point, ())
+        self.built = True
+
+    def call(self, inputs, mask=None, training=None):
+        r = rounder(self.rounding, training)
         if mask is None:
-            return tf.reduce_mean(inputs, axis=1)
+            return r("output", tf.reduce_mean(inputs, axis=1))
         real = tf.cast(mask, inputs.dtype)[:, :, None]  # (B, T, 1)
         kept = tf.where(tf.cast(real, bool), inputs, tf.zeros_like(inputs))
         count = tf.maximum(tf.reduce_sum(real, axis=1), 1.0)  # (B, 1)
-        return tf.reduce_sum(kept, axis=1) / count
+        return r("output", r("sum", tf.reduce_sum(kept, axis=1)) / count)
 
     def compute_mask(self, inputs, mask=None):
         return None
 
     def compute_output_shape(self, input_shape):
         return (input_shape[0], input_shape[-1])
+
+    def get_config(self):
+        config = super().get_config()
+        config.update({"quantize": self.quantize})
+        return config

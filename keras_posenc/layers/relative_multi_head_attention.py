@@ -21,10 +21,15 @@ from keras_posenc._compat import (
     register,
     serialize_layer,
 )
+from keras_posenc.layers._rounding import rounder, rounding_points
+from keras_posenc.layers.quantized_dense import QuantizedDense
 from keras_posenc.layers.rotary_embedding import RotaryEmbedding
+from keras_posenc.ops import quantization
 
 #: The public names of the projections, as in `keras.layers.MultiHeadAttention`.
 PROJECTIONS = ("query_dense", "key_dense", "value_dense", "output_dense")
+#: The tensors int8 TFLite rounds between the projections (`quantize=True`).
+ROUNDING_POINTS = ("scaled_query", "logits", "biased", "masked", "context")
 
 
 @register
@@ -85,6 +90,14 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
             here shows it beating this exact band). Defaults to `None` (dense).
         rotary: a `RotaryEmbedding` turning the projected queries and keys at
             their true positions, or None. Defaults to `None`.
+        quantize: bool, fake-quantize what int8 TFLite rounds for
+            quantization-aware training: the projections (`QuantizedDense`),
+            the scaled queries, the logits, the bias (on its own range), the
+            biased and masked logits, the softmax (TFLite's fixed 1/256
+            grid) and the context. Dense attention without a cache, a rotary
+            layer or a window (their rounding is not modelled yet; refused).
+            Masked logits take the bounded penalty of int8 exports
+            (`ops.MASK_PENALTY`). Defaults to False.
 
     Call arguments:
         query: tensor `(B, T, Dq)`.
@@ -150,6 +163,7 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         bias_initializer="zeros",
         attention_window=None,
         rotary=None,
+        quantize=False,
         **kwargs,
     ):
         num_heads = _checks.positive_int("num_heads", num_heads)
@@ -164,6 +178,14 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         position_bias = optional_layer("position_bias", position_bias)
         _check_heads("position_bias", position_bias, num_heads)
         rotary = optional_layer("rotary", rotary, RotaryEmbedding)
+        quantize = _checks.boolean("quantize", quantize)
+        if quantize and (rotary is not None or attention_window is not None):
+            _checks.fail(
+                "quantize",
+                "False with `rotary` or `attention_window` (their int8 rounding "
+                "is not modelled yet)",
+                quantize,
+            )
         super().__init__(**kwargs)
         self.num_heads = num_heads
         self.key_dim = key_dim
@@ -176,6 +198,8 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         self.bias_initializer = keras.initializers.get(bias_initializer)
         self.attention_window = attention_window
         self.rotary = rotary
+        self.quantize = quantize
+        self.rounding = rounding_points(self, ROUNDING_POINTS, quantize)
         self.supports_masking = True
         self._dropout_layer = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
 
@@ -200,6 +224,8 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         if self.rotary is not None and not self.rotary.built:
             heads_shape = (None, None, self.num_heads, self.key_dim)
             build_sublayer(self.rotary, heads_shape)  # (B, T, N, H)
+        for point in self.rounding.values():
+            build_sublayer(point, ())
         self.built = True
 
     def call(
@@ -242,10 +268,12 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         )
         pairs = ((query, query_mask), (value, value_mask), (key, key_mask))
         masks = [incoming_mask(tensor, mask) for tensor, mask in pairs]
+        if cache is not None and self.quantize:
+            _checks.fail("cache", "None with quantize=True (not modelled yet)", "given")
         if cache is not None:  # decoding: self-attention over the cache
             extra = dict(attention_mask=attention_mask, attention_bias=attention_bias)
             return self._decode(query, cache, cache_update_index, **extra)
-        q, k, v = self._project(query, key, value)  # (B, T|S, N, H)
+        q, k, v = self._project(query, key, value, training)  # (B, T|S, N, H)
         if self.rotary is not None:
             q, k = self._rotate(q, k, query, key, **where)
         context, weights = self._attend(
@@ -258,7 +286,7 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
             attention_mask=attention_mask,
             attention_bias=attention_bias,
         )
-        output = self._merge(context)  # (B, T, Dout)
+        output = self._merge(context, training)  # (B, T, Dout)
         if return_attention_scores:
             return output, weights
         return output
@@ -283,6 +311,7 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
                 "bias_initializer": keras.initializers.serialize(self.bias_initializer),
                 "attention_window": self.attention_window,
                 "rotary": serialize_layer(self.rotary),
+                "quantize": self.quantize,
             }
         )
         return config
@@ -348,7 +377,7 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         dropped = self._dropout_layer(weights, training=training)
         return tf.matmul(dropped, value), weights
 
-    def _project(self, query, key, value):
+    def _project(self, query, key, value, training=None):
         """Heads-last query, key, value `(B, T|S, N, H)`; queries scaled by 1/sqrt(H).
 
         Heads stay where the projection puts them (as in Keras'
@@ -357,7 +386,9 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         (on their cos and sin, `(T, r/2)`, one product fewer per call).
         """
         q, k, v = (
-            tf.reshape(dense(x), [-1, dim(x, 1), self.num_heads, size])
+            tf.reshape(
+                dense(x, training=training), [-1, dim(x, 1), self.num_heads, size]
+            )
             for dense, x, size in (
                 (self._query_dense, query, self.key_dim),
                 (self._key_dense, key, self.key_dim),
@@ -366,7 +397,8 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         )
         if self._scale_in_rotation():
             return q, k, v
-        return q * tf.cast(self._query_scale, q.dtype), k, v
+        scaled = q * tf.cast(self._query_scale, q.dtype)
+        return rounder(self.rounding, training)("scaled_query", scaled), k, v
 
     @property
     def _query_scale(self):
@@ -380,13 +412,15 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         rotary = self.rotary
         return rotary is not None and rotary.rotary_width == self.key_dim
 
-    def _merge(self, context):
+    def _merge(self, context, training=None):
         """Heads-last context `(B, T, N, Hv)` -> the output `(B, T, output_dim)`."""
         shape = [-1, dim(context, 1), context.shape[2] * context.shape[3]]
-        return self._output_dense(tf.reshape(context, shape))
+        rounding = {"training": training} if self.quantize else {}
+        return self._output_dense(tf.reshape(context, shape), **rounding)
 
     def _dense(self, units, name):
-        return keras.layers.Dense(
+        dense = QuantizedDense if self.quantize else keras.layers.Dense
+        return dense(
             units,
             use_bias=self.use_bias,
             kernel_initializer=clone_initializer(self.kernel_initializer),
@@ -410,18 +444,27 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
                 swap(q), swap(k), swap(v), bias, mask, training
             )
             return swap(context), weights
-        weights = self._weights(tf.einsum("btnh,bsnh->bnts", q, k), bias, mask)
+        r = rounder(self.rounding, training)
+        logits = r("logits", tf.einsum("btnh,bsnh->bnts", q, k))
+        weights = self._weights(logits, bias, mask, training)
         dropped = self._dropout_layer(weights, training=training)
-        return tf.einsum("bnts,bsnh->btnh", dropped, v), weights
+        return r("context", tf.einsum("bnts,bsnh->btnh", dropped, v)), weights
 
-    def _weights(self, logits, bias, mask):
+    def _weights(self, logits, bias, mask, training=None):
         """Float32 softmax of `logits + bias` over the keys, masked."""
+        r = rounder(self.rounding, training)
         logits = tf.cast(logits, tf.float32)
         if bias is not None:
-            logits += bias
+            if self.quantize:  # folded into a constant on its own range
+                bias = quantization.fake_quant_constant(bias)
+            logits = r("biased", logits + bias)
         if mask is not None:
-            logits = tf.where(mask, logits, ops.mask_value())
-        return tf.cast(tf.nn.softmax(logits, axis=-1), self.compute_dtype)
+            penalty = -ops.MASK_PENALTY if self.quantize else ops.mask_value()
+            logits = r("masked", tf.where(mask, logits, penalty))
+        weights = tf.nn.softmax(logits, axis=-1)
+        if self.quantize:
+            weights = quantization.fake_quant_probabilities(weights)
+        return tf.cast(weights, self.compute_dtype)
 
     def _rotate(
         self,

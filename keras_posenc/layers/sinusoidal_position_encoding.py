@@ -5,6 +5,7 @@ import tensorflow as tf
 from keras_posenc import _checks, ops
 from keras_posenc._compat import keras, register
 from keras_posenc.layers._positions import resolve_positions
+from keras_posenc.ops import quantization
 
 
 @register
@@ -21,6 +22,9 @@ class SinusoidalPositionEncoding(keras.layers.Layer):
     Args:
         max_wavelength: float, the longest wavelength of the sinusoids.
             Defaults to `10000.0`.
+        quantize: bool, round the encoding to int8 on its own range (as the
+            converter folds it) for quantization-aware training. Defaults to
+            False.
 
     Call arguments:
         inputs: tensor `(B, T, D)`; only its shape is used.
@@ -44,10 +48,12 @@ class SinusoidalPositionEncoding(keras.layers.Layer):
         - [Vaswani et al., 2017](https://arxiv.org/abs/1706.03762)
     """
 
-    def __init__(self, max_wavelength=10000.0, **kwargs):
+    def __init__(self, max_wavelength=10000.0, quantize=False, **kwargs):
         max_wavelength = _checks.positive_float("max_wavelength", max_wavelength)
+        quantize = _checks.boolean("quantize", quantize)
         super().__init__(**kwargs)
         self.max_wavelength = max_wavelength
+        self.quantize = quantize
         self.supports_masking = True
 
     def call(self, inputs, start_index=0, positions=None):
@@ -55,6 +61,8 @@ class SinusoidalPositionEncoding(keras.layers.Layer):
         pos = resolve_positions(inputs, start_index, positions)
         encoding = ops.sinusoid(pos, width, self.max_wavelength)  # (T, D)/(B, T, D)
         encoding = tf.broadcast_to(encoding, tf.shape(inputs))  # (B, T, D)
+        if self.quantize:  # folded into a constant on its own int8 range
+            encoding = quantization.fake_quant_constant(encoding)
         return tf.cast(encoding, self.compute_dtype)
 
     def compute_output_shape(self, input_shape):
@@ -62,5 +70,7 @@ class SinusoidalPositionEncoding(keras.layers.Layer):
 
     def get_config(self):
         config = super().get_config()
-        config.update({"max_wavelength": self.max_wavelength})
+        config.update(
+            {"quantize": self.quantize, "max_wavelength": self.max_wavelength}
+        )
         return config

@@ -4,6 +4,7 @@ import tensorflow as tf
 
 from keras_posenc import _checks
 from keras_posenc._compat import keras, not_equal, register
+from keras_posenc.ops import quantization
 
 
 @register
@@ -21,6 +22,8 @@ class TokenEmbedding(keras.layers.Layer):
         output_dim: int, the embedding width D.
         mask_zero: bool, whether id 0 is padding. Defaults to `False`.
         embeddings_initializer: str or initializer. Defaults to `"uniform"`.
+        quantize: bool, gather from the table rounded to int8 (symmetric, per
+            tensor) for quantization-aware training. Defaults to False.
 
     Call arguments:
         inputs: integer tensor `(B, T)` of ids in `[0, vocab_size)`.
@@ -46,15 +49,18 @@ class TokenEmbedding(keras.layers.Layer):
         output_dim,
         mask_zero=False,
         embeddings_initializer="uniform",
+        quantize=False,
         **kwargs,
     ):
         vocab_size = _checks.positive_int("vocab_size", vocab_size)
+        quantize = _checks.boolean("quantize", quantize)
         output_dim = _checks.positive_int("output_dim", output_dim)
         mask_zero = _checks.boolean("mask_zero", mask_zero)
         super().__init__(**kwargs)
         self.vocab_size = vocab_size
         self.output_dim = output_dim
         self.mask_zero = mask_zero
+        self.quantize = quantize
         self.embeddings_initializer = keras.initializers.get(embeddings_initializer)
         self.supports_masking = mask_zero
 
@@ -67,8 +73,11 @@ class TokenEmbedding(keras.layers.Layer):
         self.built = True
 
     def call(self, inputs):
+        table = self.embeddings
+        if self.quantize:  # the int8 table, rows gathered as they are
+            table = quantization.fake_quant_weight(table)
         ids = tf.cast(inputs, tf.int32)
-        return tf.cast(tf.gather(self.embeddings, ids), self.compute_dtype)
+        return tf.cast(tf.gather(table, ids), self.compute_dtype)
 
     def compute_output_shape(self, input_shape):
         return tuple(input_shape) + (self.output_dim,)
@@ -85,6 +94,7 @@ class TokenEmbedding(keras.layers.Layer):
                 "vocab_size": self.vocab_size,
                 "output_dim": self.output_dim,
                 "mask_zero": self.mask_zero,
+                "quantize": self.quantize,
                 "embeddings_initializer": keras.initializers.serialize(
                     self.embeddings_initializer
                 ),

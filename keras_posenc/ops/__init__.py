@@ -5,7 +5,7 @@ attention plumbing (`attention`: masks, head layout) and the block-local
 attention functions (`blocks`). Shape letters: see the README.
 """
 
-from keras_posenc.ops import blocks, cache, rotary
+from keras_posenc.ops import blocks, cache, quantization, rotary
 from keras_posenc.ops._toeplitz import toeplitz
 from keras_posenc.ops.attention import (
     FLOAT_MASK_VALUE,
@@ -33,6 +33,7 @@ from keras_posenc.ops.positions import (
 )
 
 __all__ = [
+    "quantization",
     "FLOAT_MASK_VALUE",
     "MASK_PENALTY",
     "alibi_bias",

@@ -43,3 +43,29 @@ def test_mixed_float16_does_not_overflow_on_large_inputs():
     centered = x.astype("float64") - x.mean(-1, keepdims=True)
     want = centered / np.sqrt((centered**2).mean(-1, keepdims=True) + 1e-5)
     np.testing.assert_allclose(ours.numpy().astype("float64"), want, atol=3e-3)
+
+
+def test_quantized_layer_checks(tmp_path):
+    x = np.random.normal(size=(3, 4, 6)).astype("float32")
+    check_layer(
+        lambda **kw: LayerNorm(quantize=True, **kw),
+        x,
+        tmp_path,
+        num_weights=2 + 3 * 9,  # gamma, beta; 9 rounding points of 3 weights
+        expected_output_shape=(3, 4, 6),
+    )
+
+
+def test_quantized_output_is_the_formula_on_int8_levels():
+    x = np.random.default_rng(1).normal(2.0, 3.0, size=(8, 5, 16)).astype("float32")
+    layer = LayerNorm(quantize=True)
+    got = layer(x, training=True).numpy()  # every range from this batch
+    want = LayerNorm()(x).numpy()
+    span = float(layer.rounding["output"].maximum - layer.rounding["output"].minimum)
+    assert np.abs(got - want).max() < 6 * span / 255  # a few int8 steps
+    assert len(np.unique(got)) <= 256
+
+
+def test_rejects_a_quantize_that_is_not_a_bool():
+    with pytest.raises(TypeError, match="`quantize` must be"):
+        LayerNorm(quantize="yes")

@@ -51,3 +51,13 @@ def test_start_index_past_the_table_is_an_error():
 def test_rejects_bad_max_length(value, error):
     with pytest.raises(error, match="`max_length` must be an integer >= 1"):
         LearnedPositionEmbedding(max_length=value)
+
+
+def test_quantized_rows_lie_on_their_own_int8_grid():
+    x = np.zeros((2, 5, 4), "float32")
+    layer = LearnedPositionEmbedding(max_length=8, quantize=True)
+    got = layer(x).numpy()
+    rows = layer.embeddings.numpy()[:5]
+    scale = (max(rows.max(), 0.0) - min(rows.min(), 0.0)) / 255
+    assert np.abs(got[0] - rows).max() <= scale / 2 + 1e-6
+    assert np.abs(got[0] - rows).max() > 0

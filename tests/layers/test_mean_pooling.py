@@ -52,3 +52,15 @@ def test_all_padding_rows_give_finite_logits_and_export_to_tflm():
     assert report.tflm_ok, report.tflm_error
     assert report.max_error <= 6 * report.output_scale, report.max_error
     assert report.tflm_vs_litert <= 8 * report.output_scale
+
+
+def test_quantized_layer_checks(tmp_path):
+    x = np.random.normal(size=(3, 4, 6)).astype("float32")
+    check_layer(
+        lambda **kw: MeanPooling(quantize=True, **kw),
+        x,
+        tmp_path,
+        num_weights=6,
+        expected_output_shape=(3, 6),
+        passes_mask=False,
+    )

@@ -354,3 +354,54 @@ def test_nan_in_padded_tokens_never_reaches_real_tokens(window):
     poisoned[0, 4:] = np.nan
     out = layer(poisoned, poisoned, query_mask=mask, value_mask=mask).numpy()
     np.testing.assert_allclose(out[mask], clean[mask], atol=1e-5)
+
+
+@pytest.mark.parametrize("bias_mode", [None, "t5"])
+def test_quantized_layer_checks(bias_mode, tmp_path):
+    query = np.random.normal(size=(2, 5, 4)).astype("float32")
+    value = np.random.normal(size=(2, 7, 6)).astype("float32")
+    table = 1 if bias_mode == "t5" else 0
+    check_layer(
+        lambda **kw: make(bias_mode, quantize=True, **kw),
+        [query, value],
+        tmp_path,
+        num_weights=4 * (2 + 3) + 5 * 3 + table,  # QuantizedDense x4, 5 points
+        expected_output_shape=(2, 5, 4),
+    )
+
+
+def test_quantized_attention_stays_near_float_once_ranges_are_learned():
+    x = np.random.default_rng(2).normal(size=(4, 6, 8)).astype("float32")
+    float_layer = make("t5")
+    want = float_layer(x).numpy()
+    quantized = make("t5", quantize=True)
+    quantized(x)  # build, then share the float weights
+    ranges = ("minimum", "maximum", "batches")
+    floats = [
+        w
+        for w in quantized.weights
+        if w.name.split("/")[-1].split(":")[0] not in ranges
+    ]
+    for source, target in zip(float_layer.weights, floats, strict=True):
+        target.assign(source)
+    got = quantized(x, training=True).numpy()
+    span = np.ptp(want)
+    assert np.abs(got - want).max() < 0.1 * span  # int8 rounding, not garbage
+    assert np.abs(got - want).max() > 0  # it rounds
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"rotary": RotaryEmbedding()}, {"attention_window": 4}],
+)
+def test_quantize_refuses_what_it_does_not_model(kwargs):
+    with pytest.raises(ValueError, match="`quantize` must be False with `rotary`"):
+        RelativeMultiHeadAttention(num_heads=2, key_dim=4, quantize=True, **kwargs)
+
+
+def test_quantized_attention_refuses_a_cache():
+    layer = make(quantize=True)
+    x = tf.ones((1, 1, 6))
+    cache = tf.zeros((1, 2, 4, 2, 3))
+    with pytest.raises(ValueError, match="`cache` must be None with quantize=True"):
+        layer(x, cache=cache, cache_update_index=0)

@@ -66,3 +66,12 @@ def test_rejects_unknown_width():
 def test_rejects_positions_of_rank_3():
     with pytest.raises(ValueError, match="`positions` must have shape"):
         SinusoidalPositionEncoding()(tf.zeros((1, 2, 4)), positions=tf.zeros((1, 2, 1)))
+
+
+def test_quantized_encoding_is_the_table_on_its_own_int8_grid():
+    x = np.zeros((1, 6, 8), "float32")
+    got = SinusoidalPositionEncoding(quantize=True)(x).numpy()
+    want = SinusoidalPositionEncoding()(x).numpy()
+    scale = (want.max() - min(want.min(), 0.0)) / 255
+    assert np.abs(got - want).max() <= scale / 2 + 1e-6
+    assert len(np.unique(got)) <= 256

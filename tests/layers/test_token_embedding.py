@@ -49,3 +49,15 @@ def test_rejects_bad_arguments(kwargs, error, match):
 def test_mixed_precision_output_dtype():
     tf.keras.mixed_precision.set_global_policy("mixed_float16")
     assert TokenEmbedding(5, 2)(np.array([[1, 2]])).dtype == tf.float16
+
+
+def test_quantized_rows_are_rows_of_the_int8_table():
+    layer = TokenEmbedding(7, 4, quantize=True)
+    ids = np.array([[1, 6, 0]])
+    got = layer(ids).numpy()
+    table = layer.embeddings.numpy()
+    step = np.abs(table).max() / 127
+    np.testing.assert_allclose(
+        got[0], np.round(table[[1, 6, 0]] / step) * step, atol=1e-6
+    )
+    assert TokenEmbedding.from_config(layer.get_config()).quantize

@@ -1,0 +1,72 @@
+"""A Dense layer trained as int8 TFLite runs it."""
+
+import tensorflow as tf
+
+from keras_posenc import _checks
+from keras_posenc._compat import build_sublayer, keras, register
+from keras_posenc.layers.activation_range import ActivationRange
+from keras_posenc.ops import quantization
+
+
+@register
+class QuantizedDense(keras.layers.Dense):
+    """`keras.layers.Dense` with its kernel and output fake-quantized to int8.
+
+    The kernel is rounded symmetrically to [-127, 127] steps of `max |W| / 127`
+    (per tensor, as TFLite's fully connected kernel) and the output, after
+    the activation, on a learned range (`ActivationRange`). It takes every
+    `Dense` argument; `tflite_export.quantize_aware` puts one in place of
+    each `Dense` of a model, with its weights.
+
+    Args:
+        units: int, the output width.
+        momentum: float in [0, 1), the output range's moving-average
+            momentum. Defaults to `0.99`.
+        **kwargs: the other `keras.layers.Dense` arguments.
+
+    Call arguments:
+        inputs: `(..., D_in)`.
+        training: bool, whether the batch updates the output range.
+
+    Returns:
+        `(..., units)`.
+
+    Example:
+    >>> import tensorflow as tf
+    >>> import keras_posenc
+    >>> dense = keras_posenc.layers.QuantizedDense(4, activation="relu")
+    >>> dense(tf.ones((2, 3)), training=True).shape
+    TensorShape([2, 4])
+
+    References:
+        - [Jacob et al., 2018](https://arxiv.org/abs/1712.05877)
+    """
+
+    def __init__(self, units, momentum=0.99, **kwargs):
+        momentum = _checks.rate("momentum", momentum)
+        super().__init__(units, **kwargs)
+        self.momentum = momentum
+        self.output_range = ActivationRange(
+            momentum, name="output_range", dtype=self.dtype_policy
+        )
+
+    def build(self, input_shape):
+        super().build(input_shape)
+        build_sublayer(self.output_range, tuple(input_shape[:-1]) + (self.units,))
+
+    def call(self, inputs, training=None):
+        kernel = tf.cast(quantization.fake_quant_weight(self.kernel), inputs.dtype)
+        if inputs.shape.rank > 2:
+            outputs = tf.tensordot(inputs, kernel, [[inputs.shape.rank - 1], [0]])
+        else:
+            outputs = tf.matmul(inputs, kernel)
+        if self.use_bias:
+            outputs = outputs + tf.cast(self.bias, outputs.dtype)
+        if self.activation is not None:
+            outputs = self.activation(outputs)
+        return self.output_range(outputs, training=training)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update({"momentum": self.momentum})
+        return config

@@ -1,0 +1,78 @@
+"""Fake quantization where a full-int8 TFLite model rounds (pure functions).
+
+TensorFlow's `fake_quant_with_min_max_*` ops round a float tensor to the
+int8 grid of a range and back. In a graph they put the TFLite converter in
+quantization-aware mode: each one becomes the scale and zero point of the
+tensor it follows, so the int8 model rounds exactly where training did and
+needs no representative dataset. Ranges are float32; the math runs in float32
+and is cast back to the input's dtype.
+"""
+
+import tensorflow as tf
+
+#: Bits of every quantized tensor.
+NUM_BITS = 8
+#: TFLite fixes the softmax output at scale 1/256, zero point -128.
+SOFTMAX_RANGE = (0.0, 255.0 / 256.0)
+#: Ranges never collapse to zero width (an all-zero kernel still has a scale).
+MIN_WEIGHT_RANGE = 1e-6
+
+
+def fake_quant(x, minimum, maximum):
+    """`x` rounded to the int8 grid of `[minimum, maximum]` (asymmetric).
+
+    A range narrower than `MIN_WEIGHT_RANGE` (an unseen one is [0, 0]) is
+    widened to it: a zero-width range divides by zero under XLA.
+    """
+    low = tf.cast(minimum, tf.float32)
+    high = tf.maximum(tf.cast(maximum, tf.float32), low + MIN_WEIGHT_RANGE)
+    rounded = tf.quantization.fake_quant_with_min_max_vars(
+        tf.cast(x, tf.float32), low, high, num_bits=NUM_BITS
+    )
+    return tf.cast(rounded, x.dtype)
+
+
+def fake_quant_weight(weight):
+    """A weight rounded symmetrically to [-127, 127] steps of `max |w| / 127`.
+
+    Per tensor, as TFLite quantizes a fully connected kernel when its range
+    comes from training; the range is read from the weight itself, so the
+    converter folds it into the constant.
+    """
+    w = tf.cast(weight, tf.float32)
+    limit = tf.maximum(tf.reduce_max(tf.abs(w)), MIN_WEIGHT_RANGE)
+    rounded = tf.quantization.fake_quant_with_min_max_vars(
+        w, -limit, limit, num_bits=NUM_BITS, narrow_range=True
+    )
+    return tf.cast(rounded, weight.dtype)
+
+
+def fake_quant_constant(x):
+    """A tensor computed from weights alone (a bias table), on its own range.
+
+    The converter folds such a tensor into a constant; its own minimum and
+    maximum (widened to hold 0) become the constant's int8 range.
+    """
+    values = tf.cast(x, tf.float32)
+    low = tf.minimum(tf.reduce_min(values), 0.0)
+    high = tf.maximum(tf.reduce_max(values), low + MIN_WEIGHT_RANGE)
+    return fake_quant(x, low, high)
+
+
+def fake_quant_probabilities(p):
+    """Softmax output on TFLite's fixed grid: steps of 1/256 from 0."""
+    rounded = tf.quantization.fake_quant_with_min_max_args(
+        tf.cast(p, tf.float32), *SOFTMAX_RANGE, num_bits=NUM_BITS
+    )
+    return tf.cast(rounded, p.dtype)
+
+
+def moving_range(minimum, maximum, x, first, momentum):
+    """The range after seeing batch `x`: its own on the first batch, then an
+    exponential moving average (`momentum` of the old, widened to hold 0)."""
+    values = tf.cast(x, tf.float32)
+    low = tf.minimum(tf.reduce_min(values), 0.0)
+    high = tf.maximum(tf.reduce_max(values), 0.0)
+    new_low = tf.where(first, low, momentum * minimum + (1.0 - momentum) * low)
+    new_high = tf.where(first, high, momentum * maximum + (1.0 - momentum) * high)
+    return new_low, new_high

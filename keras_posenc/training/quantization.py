@@ -1,0 +1,134 @@
+"""Quantization-aware training in either Keras: the package's own fake quantization.
+
+`quantize_model(model)` returns a copy of a functional model, with its
+weights, in which every tensor a full-int8 TFLite model rounds passes a fake
+quantizer (`keras_posenc.ops.quantization`): `Dense` becomes `QuantizedDense`,
+`Add` becomes `QuantizedAdd`, and the package's layers that take
+`quantize=True` round inside (the attention's logits, bias, softmax and
+context; the layer norm's every step; the embedding table; the pooled mean).
+It trains with `model.fit` in Keras 3 and Keras 2, and
+`tflite_export.convert(qat_model, None, mode="int8")` converts it without a
+representative dataset. `tflite_export.quantize_aware` is the public door.
+"""
+
+from keras_posenc._compat import keras
+from keras_posenc.layers.activation_range import ActivationRange
+from keras_posenc.layers.layer_norm import LayerNorm
+from keras_posenc.layers.learned_position_embedding import LearnedPositionEmbedding
+from keras_posenc.layers.mean_pooling import MeanPooling
+from keras_posenc.layers.quantized_add import QuantizedAdd
+from keras_posenc.layers.quantized_dense import QuantizedDense
+from keras_posenc.layers.relative_multi_head_attention import (
+    RelativeMultiHeadAttention,
+)
+from keras_posenc.layers.sinusoidal_position_encoding import (
+    SinusoidalPositionEncoding,
+)
+from keras_posenc.layers.token_embedding import TokenEmbedding
+from keras_posenc.utils import nested_layers
+
+#: Builder methods whose every layer has its int8 rounding modelled.
+QUANTIZED_METHODS = (
+    "none",
+    "sinusoidal",
+    "learned",
+    "t5",
+    "clipped",
+    "alibi",
+    "dynamic_bias",
+)
+#: Package layers rebuilt with `quantize=True`.
+ROUNDING_LAYERS = (
+    LayerNorm,
+    LearnedPositionEmbedding,
+    MeanPooling,
+    RelativeMultiHeadAttention,
+    SinusoidalPositionEncoding,
+    TokenEmbedding,
+)
+#: Keras layers replaced by their rounding form.
+REPLACED = {keras.layers.Dense: QuantizedDense, keras.layers.Add: QuantizedAdd}
+#: Layers that round nothing of their own (dropout is off at inference).
+PASS_THROUGH = (keras.layers.InputLayer, keras.layers.Dropout)
+
+
+def quantize_model(model):
+    """A quantization-aware copy of `model`, with its weights.
+
+    Args:
+        model: a functional `keras.Model` built from `TokenEmbedding`,
+            `RelativeMultiHeadAttention` (dense, without rotary), `LayerNorm`,
+            `MeanPooling`, `Dense`, `Add` and `Dropout` layers, as
+            `keras_posenc.models.build_classifier` builds them for the
+            methods in `QUANTIZED_METHODS`.
+
+    Returns:
+        A `keras.Model` with the same inputs, outputs and float weights, whose
+        rounding ranges start from its first training batch.
+    """
+    if not isinstance(model, keras.Model) or not getattr(model, "inputs", None):
+        raise TypeError(
+            f"`model` must be a functional keras.Model. Received: {model!r}"
+        )
+    problems = unsupported_layers(model)
+    if problems:
+        raise ValueError(
+            "`model` must be built from layers whose int8 rounding is modelled "
+            "(TokenEmbedding, SinusoidalPositionEncoding, LearnedPositionEmbedding, "
+            "RelativeMultiHeadAttention without rotary or attention_window, "
+            "LayerNorm, MeanPooling, Dense, Add, Dropout). "
+            f"Received: {'; '.join(problems)}"
+        )
+    copy = keras.models.clone_model(model, clone_function=_rounding_copy)
+    for old, new in zip(model.layers, copy.layers):
+        _copy_weights(old, new)
+    return copy
+
+
+def unsupported_layers(model):
+    """Why each layer or operation of `model` cannot be quantized, as text."""
+    problems = []
+    for operation in getattr(model, "operations", None) or model.layers:
+        if not isinstance(operation, keras.layers.Layer):
+            problems.append(
+                f"{operation.name}: a tensor operation (use a layer, e.g. "
+                "keras.layers.Add for `+`)"
+            )
+        elif isinstance(operation, RelativeMultiHeadAttention) and (
+            operation.rotary is not None or operation.attention_window is not None
+        ):
+            problems.append(f"{operation.name}: rotary or attention_window")
+        elif not isinstance(
+            operation, ROUNDING_LAYERS + PASS_THROUGH + tuple(REPLACED)
+        ):
+            problems.append(f"{operation.name}: {type(operation).__name__}")
+    return problems
+
+
+def _rounding_copy(layer):
+    config = layer.get_config()
+    for plain, rounding in REPLACED.items():
+        if type(layer) is plain:
+            return rounding.from_config(config)
+    if isinstance(layer, ROUNDING_LAYERS):
+        return type(layer).from_config({**config, "quantize": True})
+    return type(layer).from_config(config)
+
+
+def _copy_weights(old, new):
+    """Assigns `old`'s weights to `new`'s float weights (not its ranges)."""
+    source, target = _float_weights(old), _float_weights(new)
+    if [tuple(w.shape) for w in source] != [tuple(w.shape) for w in target]:
+        raise ValueError(f"{old.name}: the quantized copy's weights differ")
+    for value, variable in zip(source, target):
+        variable.assign(value)
+
+
+def _float_weights(layer):
+    ranges = {
+        id(weight)
+        for sub in nested_layers(layer)
+        if isinstance(sub, ActivationRange)
+        for weight in sub.weights
+    }
+    return [weight for weight in layer.weights if id(weight) not in ranges]

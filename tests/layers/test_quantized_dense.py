@@ -1,0 +1,43 @@
+import numpy as np
+import pytest
+import tensorflow as tf
+from layer_checks import check_layer
+
+from keras_posenc import QuantizedDense
+
+
+def test_layer_checks(tmp_path):
+    x = np.random.normal(size=(3, 4, 6)).astype("float32")
+    check_layer(
+        lambda **kw: QuantizedDense(5, activation="relu", **kw),
+        x,
+        tmp_path,
+        num_weights=5,
+        expected_output_shape=(3, 4, 5),
+    )
+
+
+def test_equals_dense_with_a_rounded_kernel_and_output():
+    x = np.random.default_rng(0).normal(size=(4, 6)).astype("float32")
+    layer = QuantizedDense(3)
+    got = layer(x, training=True).numpy()  # the range is this batch's own
+    kernel, bias = (w.numpy() for w in (layer.kernel, layer.bias))
+    step = np.abs(kernel).max() / 127
+    y = x @ (np.round(kernel / step) * step) + bias
+    low, high = min(y.min(), 0.0), max(y.max(), 0.0)
+    scale = (high - low) / 255
+    zero = np.round(-low / scale)
+    want = (np.round(y / scale + zero) - zero) * scale
+    np.testing.assert_allclose(got, want, atol=1e-5)
+
+
+def test_rejects_a_bad_momentum():
+    with pytest.raises(ValueError, match="`momentum` must be a number"):
+        QuantizedDense(3, momentum=2.0)
+
+
+def test_takes_dense_arguments_and_keeps_them_in_its_config():
+    layer = QuantizedDense(3, use_bias=False, momentum=0.5)
+    config = layer.get_config()
+    assert (config["units"], config["use_bias"], config["momentum"]) == (3, False, 0.5)
+    assert isinstance(layer, tf.keras.layers.Dense)
