@@ -6,6 +6,7 @@ from layer_checks import check_layer
 from keras_posenc import ActivationRange
 
 
+@pytest.mark.slow
 def test_layer_checks(tmp_path):
     x = np.random.normal(size=(3, 4, 6)).astype("float32")
     check_layer(

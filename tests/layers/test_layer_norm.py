@@ -45,6 +45,7 @@ def test_mixed_float16_does_not_overflow_on_large_inputs():
     np.testing.assert_allclose(ours.numpy().astype("float64"), want, atol=3e-3)
 
 
+@pytest.mark.slow
 def test_quantized_layer_checks(tmp_path):
     x = np.random.normal(size=(3, 4, 6)).astype("float32")
     check_layer(

@@ -54,6 +54,7 @@ def test_all_padding_rows_give_finite_logits_and_export_to_tflm():
     assert report.tflm_vs_litert <= 8 * report.output_scale
 
 
+@pytest.mark.slow
 def test_quantized_layer_checks(tmp_path):
     x = np.random.normal(size=(3, 4, 6)).astype("float32")
     check_layer(

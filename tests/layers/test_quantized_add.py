@@ -7,6 +7,7 @@ from keras_posenc import QuantizedAdd
 keras = tf.keras
 
 
+@pytest.mark.slow
 def test_fits_saves_and_compiles_with_xla(tmp_path):
     a = np.random.normal(size=(3, 4, 6)).astype("float32")
     left, right = keras.Input((4, 6)), keras.Input((4, 6))
