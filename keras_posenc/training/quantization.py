@@ -56,11 +56,14 @@ def quantize_model(model):
     """A quantization-aware copy of `model`, with its weights.
 
     Args:
-        model: a functional `keras.Model` built from `TokenEmbedding`,
-            `RelativeMultiHeadAttention` (dense, without rotary), `LayerNorm`,
-            `MeanPooling`, `Dense`, `Add` and `Dropout` layers, as
-            `keras_posenc.models.build_classifier` builds them for the
-            methods in `QUANTIZED_METHODS`.
+        model: a functional `keras.Model` with integer (token id) inputs,
+            built from `TokenEmbedding`, `SinusoidalPositionEncoding`,
+            `LearnedPositionEmbedding`, `RelativeMultiHeadAttention` (dense,
+            without rotary), `LayerNorm`, `MeanPooling`, `Dense`, `Add` and
+            `Dropout` layers, as `keras_posenc.models.build_classifier` builds
+            them for the methods in `QUANTIZED_METHODS`. (A float input has no
+            range of its own yet: its first op stays float and `convert`
+            refuses the model.)
 
     Returns:
         A `keras.Model` with the same inputs, outputs and float weights, whose
