@@ -11,6 +11,7 @@ from benchmarks import (
     local,
     memory,
     profile,
+    qat,
     rope,
     scaling,
     speed,
@@ -27,6 +28,7 @@ BENCHMARKS = {
     "rope": rope,
     "lm": lm,
     "lm_edge": lm_edge,
+    "qat": qat,
 }
 
 

@@ -17,14 +17,24 @@ import numpy as np
 
 #: prctl option that signals a process when its parent dies (Linux).
 PR_SET_PDEATHSIG = 1
+#: Packages a worker imports from without their `__init__`.
+LIGHT_PACKAGES = ("keras_posenc", "tflite_export")
+#: The child's program: `python -c START module`.
+START = f"""
+import importlib.util, runpy, sys
+for package in {LIGHT_PACKAGES!r}:
+    spec = importlib.util.find_spec(package)
+    sys.modules[package] = importlib.util.module_from_spec(spec)
+runpy.run_module(sys.argv[1], run_name="__main__", alter_sys=True)
+"""
 
 
 def run_worker(module, arrays, timeout):
-    """Runs `python -m module` on `arrays`; `(result arrays or None, log, code)`."""
+    """Runs `module` in a child on `arrays`; `(result arrays or None, log, code)`."""
     payload = io.BytesIO()
     np.savez(payload, **arrays)
     child = subprocess.Popen(
-        [sys.executable, "-m", module],
+        [sys.executable, "-c", START, module],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

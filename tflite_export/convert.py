@@ -2,6 +2,7 @@
 
 import contextlib
 import io
+import warnings
 
 import numpy as np
 import tensorflow as tf
@@ -87,7 +88,12 @@ def convert(model, representative_data, mode="int8", sequence_length=None):
     # Keras 3 lists every endpoint's TensorSpec while exporting for the
     # converter (over a hundred lines in a log): kept off stdout.
     try:
-        with keras_posenc.ops.bounded_masking(), _quiet():
+        with keras_posenc.ops.bounded_masking(), _quiet(), warnings.catch_warnings():
+            # A float input's range is its first fake quantizer's: the
+            # converter's call for `quantized_input_stats` does not apply.
+            warnings.filterwarnings(
+                "ignore", "Statistics for quantized inputs were expected"
+            )
             model_bytes = converter.convert()
     except Exception as error:  # the converter raises many private types
         message = f"TFLite conversion failed in mode={mode!r}: {error}"

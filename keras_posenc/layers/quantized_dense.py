@@ -16,12 +16,16 @@ class QuantizedDense(keras.layers.Dense):
     (per tensor, as TFLite's fully connected kernel) and the output, after
     the activation, on a learned range (`ActivationRange`). It takes every
     `Dense` argument; `tflite_export.quantize_aware` puts one in place of
-    each `Dense` of a model, with its weights.
+    each `Dense` of a model, with its weights. A `Dense` that reads a float
+    model input also rounds its input (`quantize_inputs=True`), as the int8
+    model quantizes the features it is given.
 
     Args:
         units: int, the output width.
-        momentum: float in [0, 1), the output range's moving-average
-            momentum. Defaults to `0.99`.
+        momentum: float in [0, 1), the ranges' moving-average momentum.
+            Defaults to `0.99`.
+        quantize_inputs: bool, also round the input on a learned range.
+            Defaults to `False`.
         **kwargs: the other `keras.layers.Dense` arguments.
 
     Call arguments:
@@ -42,19 +46,30 @@ class QuantizedDense(keras.layers.Dense):
         - [Jacob et al., 2018](https://arxiv.org/abs/1712.05877)
     """
 
-    def __init__(self, units, momentum=0.99, **kwargs):
+    def __init__(self, units, momentum=0.99, quantize_inputs=False, **kwargs):
         momentum = _checks.rate("momentum", momentum)
+        quantize_inputs = _checks.boolean("quantize_inputs", quantize_inputs)
         super().__init__(units, **kwargs)
         self.momentum = momentum
+        self.quantize_inputs = quantize_inputs
+        self.input_range = (
+            ActivationRange(momentum, name="input_range", dtype=self.dtype_policy)
+            if quantize_inputs
+            else None
+        )
         self.output_range = ActivationRange(
             momentum, name="output_range", dtype=self.dtype_policy
         )
 
     def build(self, input_shape):
         super().build(input_shape)
+        if self.input_range is not None:
+            build_sublayer(self.input_range, tuple(input_shape))
         build_sublayer(self.output_range, tuple(input_shape[:-1]) + (self.units,))
 
     def call(self, inputs, training=None):
+        if self.input_range is not None:
+            inputs = self.input_range(inputs, training=training)
         kernel = tf.cast(quantization.fake_quant_weight(self.kernel), inputs.dtype)
         if inputs.shape.rank > 2:
             outputs = tf.tensordot(inputs, kernel, [[inputs.shape.rank - 1], [0]])
@@ -68,5 +83,7 @@ class QuantizedDense(keras.layers.Dense):
 
     def get_config(self):
         config = super().get_config()
-        config.update({"momentum": self.momentum})
+        config.update(
+            {"momentum": self.momentum, "quantize_inputs": self.quantize_inputs}
+        )
         return config

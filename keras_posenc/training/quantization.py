@@ -11,6 +11,8 @@ It trains with `model.fit` in Keras 3 and Keras 2, and
 representative dataset. `tflite_export.quantize_aware` is the public door.
 """
 
+import tensorflow as tf
+
 from keras_posenc._compat import keras
 from keras_posenc.layers.activation_range import ActivationRange
 from keras_posenc.layers.layer_norm import LayerNorm
@@ -61,9 +63,10 @@ def quantize_model(model):
             `LearnedPositionEmbedding`, `RelativeMultiHeadAttention` (dense,
             without rotary), `LayerNorm`, `MeanPooling`, `Dense`, `Add` and
             `Dropout` layers, as `keras_posenc.models.build_classifier` builds
-            them for the methods in `QUANTIZED_METHODS`. (A float input has no
-            range of its own yet: its first op stays float and `convert`
-            refuses the model.)
+            them for the methods in `QUANTIZED_METHODS`. A float input
+            (features) must be read by `Dense` layers only, which then round
+            it on a learned range too, as `build_encoder(input_dim=...)`
+            builds it.
 
     Returns:
         A `keras.Model` with the same inputs, outputs and float weights, whose
@@ -82,7 +85,10 @@ def quantize_model(model):
             "LayerNorm, MeanPooling, Dense, Add, Dropout). "
             f"Received: {'; '.join(problems)}"
         )
-    copy = keras.models.clone_model(model, clone_function=_rounding_copy)
+    readers = float_input_readers(model)
+    copy = keras.models.clone_model(
+        model, clone_function=lambda layer: _rounding_copy(layer, readers)
+    )
     for old, new in zip(model.layers, copy.layers):
         _copy_weights(old, new)
     return copy
@@ -91,8 +97,14 @@ def quantize_model(model):
 def unsupported_layers(model):
     """Why each layer or operation of `model` cannot be quantized, as text."""
     problems = []
+    readers = float_input_readers(model)
     for operation in getattr(model, "operations", None) or model.layers:
-        if not isinstance(operation, keras.layers.Layer):
+        if operation.name in readers and type(operation) is not keras.layers.Dense:
+            problems.append(
+                f"{operation.name}: reads a float model input (only a Dense can "
+                "round the features it reads)"
+            )
+        elif not isinstance(operation, keras.layers.Layer):
             problems.append(
                 f"{operation.name}: a tensor operation (use a layer, e.g. "
                 "keras.layers.Add for `+`)"
@@ -108,8 +120,26 @@ def unsupported_layers(model):
     return problems
 
 
-def _rounding_copy(layer):
+def float_input_readers(model):
+    """Names of the layers of `model` that read one of its float inputs."""
+    floats = {
+        id(tensor) for tensor in model.inputs if tf.as_dtype(tensor.dtype).is_floating
+    }
+    readers = set()
+    for layer in model.layers:
+        if isinstance(layer, keras.layers.InputLayer):
+            continue
+        for node in layer._inbound_nodes:
+            tensors = tf.nest.flatten(node.input_tensors)
+            if any(id(tensor) in floats for tensor in tensors):
+                readers.add(layer.name)
+    return readers
+
+
+def _rounding_copy(layer, readers):
     config = layer.get_config()
+    if type(layer) is keras.layers.Dense and layer.name in readers:
+        return QuantizedDense.from_config({**config, "quantize_inputs": True})
     for plain, rounding in REPLACED.items():
         if type(layer) is plain:
             return rounding.from_config(config)

@@ -43,19 +43,22 @@ def test_weight_owners_cover_nested_kernels():
 
 @pytest.mark.slow
 def test_digits_int8_within_one_point_of_float():
-    """TF-MOT QAT in the Keras 2 pass, post-training int8 in the Keras 3 one."""
+    """Float features in: TF-MOT QAT of `hybrid` in the Keras 2 pass, the
+    package's QAT of `alibi` converted without data in the Keras 3 one."""
     (train_x, train_y), (test_x, test_y) = recipes.digits_data()
     keras.utils.set_random_seed(0)
-    model = recipes.digits_classifier("hybrid", hidden_dim=32)
+    position = "alibi" if IS_KERAS_3 else "hybrid"
+    model = recipes.digits_classifier(position, hidden_dim=32)
     model.fit(train_x, train_y, epochs=25, batch_size=32, verbose=0)
     float_accuracy = model.evaluate(test_x, test_y, verbose=0)[1]
-    if not IS_KERAS_3:
-        # QAT fine-tuning at a tenth of the learning rate.
-        model = recipes.compile_classifier(
-            tflite_export.quantize_aware(model, engine="tfmot"), learning_rate=2e-4
-        )
-        model.fit(train_x, train_y, epochs=5, batch_size=32, verbose=0)
-    model_bytes = tflite_export.convert(model, train_x, mode="int8")
+    engine = "posenc" if IS_KERAS_3 else "tfmot"
+    # QAT fine-tuning at a tenth of the learning rate.
+    model = recipes.compile_classifier(
+        tflite_export.quantize_aware(model, engine=engine), learning_rate=2e-4
+    )
+    model.fit(train_x, train_y, epochs=5, batch_size=32, verbose=0)
+    data = None if IS_KERAS_3 else train_x  # TF-MOT leaves tensors unranged
+    model_bytes = tflite_export.convert(model, data, mode="int8")
     report = tflite_export.verify(model_bytes, None, test_x, test_y)
     assert report.tflm_ok, report.tflm_error
     assert report.accuracy_litert >= float_accuracy - 0.01, (
@@ -183,3 +186,30 @@ def test_data_free_conversion_needs_a_quantization_aware_int8_model():
         tflite_export.convert(qat, None, mode="int16x8")
     with pytest.raises(tflite_export.ExportError, match="`sequence_length` must"):
         tflite_export.convert(qat, None, mode="int8")
+
+
+@pytest.mark.slow
+def test_a_float_input_converts_on_the_range_it_trained():
+    pytest.importorskip("ai_edge_litert", reason="needs ai-edge-litert (LiteRT)")
+    keras.utils.set_random_seed(0)
+    model = models.build_classifier(
+        3, input_dim=4, sequence_length=8, hidden_dim=16, num_heads=2, position="t5"
+    )
+    rng = np.random.default_rng(0)
+    x = rng.uniform(0.0, 16.0, (128, 8, 4)).astype("float32")
+    y = rng.integers(0, 3, 128)
+    qat = tflite_export.quantize_aware(model)
+    qat.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    qat.fit(x, y, epochs=1, batch_size=32, verbose=0)
+    model_bytes = tflite_export.convert(qat, None, mode="int8")
+    from ai_edge_litert.interpreter import Interpreter
+
+    detail = Interpreter(model_content=model_bytes).get_input_details()[0]
+    projection = qat.get_layer("input_projection").input_range
+    scale = (float(projection.maximum) - float(projection.minimum)) / 255
+    assert detail["dtype"] == np.int8
+    assert detail["quantization"][0] == pytest.approx(scale, rel=1e-5)
+    report = tflite_export.verify(model_bytes, qat, x[:32], y[:32])
+    assert report.tflm_ok, report.tflm_error
+    steps = QAT_STEPS_DEFAULT * report.output_scale  # measured: 1 to 3 steps
+    assert report.max_error <= steps and report.tflm_max_error <= steps

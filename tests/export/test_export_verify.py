@@ -80,6 +80,18 @@ def test_a_killed_parent_takes_its_tflm_worker_along():
     assert not any(map(_alive, workers))
 
 
+def test_a_worker_starts_without_importing_tensorflow(monkeypatch):
+    """The packages' `__init__` (TensorFlow: 5 s) is skipped in every worker."""
+    from tflite_export._child import run_worker
+
+    tests = pathlib.Path(__file__).resolve().parents[1]
+    path = os.environ.get("PYTHONPATH")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(tests), path])))
+    results, log, code = run_worker("imports_worker", {"x": np.zeros(1)}, 60)
+    assert code == 0, log
+    assert results["child"] and not results["tensorflow"]
+
+
 @pytest.mark.slow
 def test_causal_lm_bytes_are_refused_with_the_door_that_runs_them():
     import tensorflow as tf

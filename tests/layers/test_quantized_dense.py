@@ -18,18 +18,22 @@ def test_layer_checks(tmp_path):
     )
 
 
-def test_equals_dense_with_a_rounded_kernel_and_output():
-    x = np.random.default_rng(0).normal(size=(4, 6)).astype("float32")
-    layer = QuantizedDense(3)
-    got = layer(x, training=True).numpy()  # the range is this batch's own
+def dense_oracle(layer, x):
+    """NumPy: a kernel rounded per tensor, the output on the batch's own range."""
     kernel, bias = (w.numpy() for w in (layer.kernel, layer.bias))
     step = np.abs(kernel).max() / 127
     y = x @ (np.round(kernel / step) * step) + bias
     low, high = min(y.min(), 0.0), max(y.max(), 0.0)
     scale = (high - low) / 255
     zero = np.round(-low / scale)
-    want = (np.round(y / scale + zero) - zero) * scale
-    np.testing.assert_allclose(got, want, atol=1e-5)
+    return (np.round(y / scale + zero) - zero) * scale
+
+
+def test_equals_dense_with_a_rounded_kernel_and_output():
+    x = np.random.default_rng(0).normal(size=(4, 6)).astype("float32")
+    layer = QuantizedDense(3)
+    got = layer(x, training=True).numpy()  # the range is this batch's own
+    np.testing.assert_allclose(got, dense_oracle(layer, x), atol=1e-5)
 
 
 def test_rejects_a_bad_momentum():
@@ -42,3 +46,19 @@ def test_takes_dense_arguments_and_keeps_them_in_its_config():
     config = layer.get_config()
     assert (config["units"], config["use_bias"], config["momentum"]) == (3, False, 0.5)
     assert isinstance(layer, tf.keras.layers.Dense)
+
+
+def test_quantize_inputs_rounds_the_input_on_its_own_range():
+    x = np.random.default_rng(1).uniform(0.0, 16.0, size=(5, 4)).astype("float32")
+    layer = QuantizedDense(3, quantize_inputs=True)
+    got = layer(x, training=True).numpy()
+    scale = (x.max() - 0.0) / 255  # the first batch's range, widened to hold 0
+    rounded = np.round(x / scale) * scale
+    np.testing.assert_allclose(got, dense_oracle(layer, rounded), atol=1e-5)
+    assert float(layer.input_range.maximum) == pytest.approx(x.max())
+    assert QuantizedDense.from_config(layer.get_config()).quantize_inputs
+
+
+def test_rejects_a_quantize_inputs_that_is_not_a_bool():
+    with pytest.raises(TypeError, match="`quantize_inputs` must be a bool"):
+        QuantizedDense(3, quantize_inputs="yes")

@@ -106,3 +106,27 @@ def test_refuses_a_subclassed_model():
 
     with pytest.raises(TypeError, match="`model` must be a functional keras.Model"):
         quantize_model(Plain())
+
+
+def features_classifier():
+    keras.utils.set_random_seed(2)
+    return build_classifier(
+        2, input_dim=4, sequence_length=8, position="alibi", hidden_dim=16, num_heads=2
+    )
+
+
+def test_a_float_input_is_rounded_by_the_dense_that_reads_it():
+    qat = quantize_model(features_classifier())
+    rounding_inputs = [
+        layer.name
+        for layer in qat.layers
+        if isinstance(layer, QuantizedDense) and layer.quantize_inputs
+    ]
+    assert rounding_inputs == ["input_projection"]
+
+
+def test_refuses_a_float_input_read_by_another_layer():
+    inputs = keras.Input((8, 4))
+    outputs = keras.layers.Dense(2)(LayerNorm()(inputs))
+    with pytest.raises(ValueError, match="reads a float model input"):
+        quantize_model(keras.Model(inputs, outputs))
