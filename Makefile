@@ -27,9 +27,10 @@ format: install
 	$(PY) -m ruff check --fix $(LINT_PATHS)
 	$(PY) -m ruff format $(LINT_PATHS)
 
-# A contributor's fast loop: lint, then the tests not marked slow, Keras 3 only.
+# A contributor's fast loop: lint, then the tests not marked slow, Keras 3
+# only, on both cores (pytest-xdist).
 check: lint
-	$(PY) -m pytest -q -m "not slow" tests
+	$(PY) -m pytest -q -n 2 -m "not slow" tests
 
 test-keras3: install
 	$(PY) -m pytest -q tests

@@ -10,6 +10,7 @@ in and out). `generate_tflite` decodes with either interpreter.
 
 import os
 import tempfile
+import warnings
 
 import numpy as np
 import tensorflow as tf
@@ -24,7 +25,8 @@ from keras_posenc.ops.cache import static_decoding
 from keras_posenc.ops.rotary import ROPE_TYPES
 from keras_posenc.utils import nested_layers
 from tflite_export.contract import device_contract, name_tensors
-from tflite_export.convert import ExportError
+from tflite_export.convert import ExportError, check_integer_ops
+from tflite_export.integer_islands import integer_update_slices
 
 #: Where a causal LM runs: LiteRT (phones) or TFLM (microcontrollers).
 TARGETS = ("litert", "tflm")
@@ -68,7 +70,10 @@ def convert_causal_lm(
         model: a `CausalLM` (`keras_posenc.models.build_causal_lm`).
         calibration_ids: int array `(N, L)` of real token sequences; each of
             the first `CALIBRATION_SEQUENCES` is decoded to calibrate
-            activations and caches.
+            activations and caches. None for a quantization-aware model
+            (`CausalLM(quantize=True)`, `tflite_export.quantize_aware`): its
+            ranges come from training (`mode="int8"` only), and every op
+            must come out integer, else an `ExportError` names the float ones.
         mode: `"int8"` or `"float32"`.
         max_length: int, the cache length S (the longest prompt plus
             generated text).
@@ -124,7 +129,21 @@ def convert_causal_lm(
                     "when decoding, and TFLM's EXP kernel is float-only (an int8 "
                     "EXP fails to prepare); export it with target='litert'"
                 )
-    ids = check_calibration_ids(model, calibration_ids)
+    trained_ranges = calibration_ids is None
+    if trained_ranges:
+        if not model.get_config().get("quantize"):
+            raise ExportError(
+                "`calibration_ids` may be None only for a quantization-aware "
+                "CausalLM (quantize=True, e.g. from tflite_export.quantize_aware"
+                f"). Received: None for {model.name}, built with quantize=False"
+            )
+        if mode != "int8":
+            raise ExportError(
+                "A quantization-aware CausalLM converts without data in "
+                f"mode='int8' only. Received: mode={mode!r}"
+            )
+    else:
+        ids = check_calibration_ids(model, calibration_ids)
     keys = ["prefill", "decode"]
     # A padded prefill would read max_length as a length-dependent type's length.
     if target == "tflm" or model.reads_current_length:
@@ -140,21 +159,31 @@ def convert_causal_lm(
         converter = tf.lite.TFLiteConverter.from_saved_model(path, signature_keys=keys)
         if mode == "int8":
             converter.optimizations = [tf.lite.Optimize.DEFAULT]
-            converter.representative_dataset = _calibration(
-                model, ids, max_length, keys
-            )
-            converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+            if not trained_ranges:  # else the fake quantizers' ranges: no data
+                converter.representative_dataset = _calibration(
+                    model, ids, max_length, keys
+                )
+                ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+                converter.target_spec.supported_ops = ops
             converter.inference_input_type = tf.int8
             converter.inference_output_type = tf.int8
         try:
-            with keras_posenc.ops.bounded_masking():
+            with keras_posenc.ops.bounded_masking(), warnings.catch_warnings():
+                # The caches' ranges are their first fake quantizers'.
+                warnings.filterwarnings(
+                    "ignore", "Statistics for quantized inputs were expected"
+                )
                 model_bytes = converter.convert()
         except Exception as error:  # the converter raises many private types
             raise ExportError(
                 f"TFLite conversion failed in mode={mode!r}: {error}"
             ) from error
+    if trained_ranges:  # the cache writes the converter left float
+        model_bytes = integer_update_slices(model_bytes)
     model_bytes = name_tensors(model_bytes)
     _check_types(model_bytes, mode, keys)
+    if trained_ranges:
+        check_integer_ops(model_bytes)
     return model_bytes
 
 

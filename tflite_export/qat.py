@@ -47,7 +47,9 @@ def quantize_aware(model, engine="posenc"):
     outputs, and inside attention the logits, the bias, the softmax and the
     context; `convert(qat_model, None, mode="int8")` then needs no data. It
     takes models of the layers whose rounding is modelled (see
-    `quantize_model`) and refuses others, naming them, before any work.
+    `quantize_model`) and refuses others, naming them, before any work. A
+    `CausalLM` becomes a `CausalLM(quantize=True)` (its caches rounded too),
+    for `convert_causal_lm(qat_model, None)`.
 
     With `engine="tfmot"` (Keras 2 only) TF-MOT wraps the kernels and layer
     outputs it can reach; tensors inside `call` get their ranges from the
@@ -55,7 +57,8 @@ def quantize_aware(model, engine="posenc"):
 
     Args:
         model: a float functional `keras.Model` (built by hand from the
-            package's layers, or by `keras_posenc.models`).
+            package's layers, or by `keras_posenc.models`), or a `CausalLM`
+            (`engine="posenc"` only).
         engine: `"posenc"` or `"tfmot"`.
 
     Returns:

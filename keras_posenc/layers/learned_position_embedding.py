@@ -21,9 +21,10 @@ class LearnedPositionEmbedding(keras.layers.Layer):
         max_length: int, the number of positions K in the table.
         initializer: str or initializer, for the table.
             Defaults to `"glorot_uniform"`.
-        quantize: bool, round the encoding to int8 on its own range (as the
-            converter folds it) for quantization-aware training. Defaults to
-            False.
+        quantize: bool, read the rows of the table rounded to int8
+            (symmetric, per tensor), for quantization-aware training: every
+            slice or gather of it, at any length or start, on one grid.
+            Defaults to False.
 
     Call arguments:
         inputs: tensor `(B, T, D)`; only its shape is used.
@@ -70,7 +71,10 @@ class LearnedPositionEmbedding(keras.layers.Layer):
         super().build(input_shape)
 
     def call(self, inputs, start_index=0, positions=None):
-        table = tf.cast(self.embeddings, self.compute_dtype)  # (K, D)
+        table = self.embeddings
+        if self.quantize:  # the int8 table, rows read as they are
+            table = quantization.fake_quant_weight(table)
+        table = tf.cast(table, self.compute_dtype)  # (K, D)
         if positions is not None:
             encoding = tf.gather(table, tf.cast(positions, tf.int32))
         else:
@@ -81,8 +85,6 @@ class LearnedPositionEmbedding(keras.layers.Layer):
             else:
                 length = tf.shape(inputs)[1]
                 encoding = tf.slice(table, [start_index, 0], [length, -1])
-        if self.quantize:  # the rows in use, on their own int8 range
-            encoding = quantization.fake_quant_constant(encoding)
         return tf.broadcast_to(encoding, tf.shape(inputs))  # (B, T, D)
 
     def compute_output_shape(self, input_shape):

@@ -22,6 +22,8 @@ class QuantizedDense(keras.layers.Dense):
 
     Args:
         units: int, the output width.
+        activation: the activation, as `keras.layers.Dense` takes it (second
+            positional argument there too). Defaults to `None`.
         momentum: float in [0, 1), the ranges' moving-average momentum.
             Defaults to `0.99`.
         quantize_inputs: bool, also round the input on a learned range.
@@ -46,10 +48,12 @@ class QuantizedDense(keras.layers.Dense):
         - [Jacob et al., 2018](https://arxiv.org/abs/1712.05877)
     """
 
-    def __init__(self, units, momentum=0.99, quantize_inputs=False, **kwargs):
+    def __init__(
+        self, units, activation=None, momentum=0.99, quantize_inputs=False, **kwargs
+    ):
         momentum = _checks.rate("momentum", momentum)
         quantize_inputs = _checks.boolean("quantize_inputs", quantize_inputs)
-        super().__init__(units, **kwargs)
+        super().__init__(units, activation, **kwargs)
         self.momentum = momentum
         self.quantize_inputs = quantize_inputs
         self.input_range = (

@@ -4,6 +4,7 @@ One class, `RelativeMultiHeadAttention`: its projections (named as Keras'),
 the dense, block-local and cached attention paths, and their checks.
 """
 
+import functools
 import math
 import numbers
 
@@ -29,7 +30,16 @@ from keras_posenc.ops import quantization
 #: The public names of the projections, as in `keras.layers.MultiHeadAttention`.
 PROJECTIONS = ("query_dense", "key_dense", "value_dense", "output_dense")
 #: The tensors int8 TFLite rounds between the projections (`quantize=True`).
-ROUNDING_POINTS = ("scaled_query", "logits", "biased", "masked", "context")
+ROUNDING_POINTS = (
+    "scaled_query",
+    "logits",
+    "bias",
+    "biased",
+    "masked",
+    "context",
+)
+#: The keys and values on one range, as an int8 cache tensor holds them.
+CACHE_POINT = "cache"
 
 
 @register
@@ -92,12 +102,17 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
             their true positions, or None. Defaults to `None`.
         quantize: bool, fake-quantize what int8 TFLite rounds for
             quantization-aware training: the projections (`QuantizedDense`),
-            the scaled queries, the logits, the bias (on its own range), the
-            biased and masked logits, the softmax (TFLite's fixed 1/256
-            grid) and the context. Dense attention without a cache, a rotary
-            layer or a window (their rounding is not modelled yet; refused).
-            Masked logits take the bounded penalty of int8 exports
-            (`ops.MASK_PENALTY`). Defaults to False.
+            the scaled queries, the logits, the bias, the biased and masked
+            logits (each on a range learned in training), the softmax
+            (TFLite's fixed 1/256 grid) and the context. Dense attention
+            without a rotary layer or a window (their rounding is not
+            modelled yet; refused). Masked logits take the bounded penalty of
+            int8 exports (`ops.MASK_PENALTY`). Defaults to False.
+        quantize_cache: bool, with `quantize`: also round the keys and values
+            together on one learned range, as the int8 cache tensor of a
+            decoding export holds them (`tflite_export.convert_causal_lm`);
+            decoding with a `cache` needs it, and then equals a recompute
+            exactly. Self-attention with `value_dim` None. Defaults to False.
 
     Call arguments:
         query: tensor `(B, T, Dq)`.
@@ -164,6 +179,7 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         attention_window=None,
         rotary=None,
         quantize=False,
+        quantize_cache=False,
         **kwargs,
     ):
         num_heads = _checks.positive_int("num_heads", num_heads)
@@ -186,6 +202,15 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
                 "is not modelled yet)",
                 quantize,
             )
+        quantize_cache = _checks.boolean("quantize_cache", quantize_cache)
+        if quantize_cache and (not quantize or value_dim not in (None, key_dim)):
+            _checks.fail(
+                "quantize_cache",
+                "False unless quantize=True and value_dim is None or key_dim "
+                "(keys and values share one cache tensor)",
+                quantize_cache,
+                fix=f"Received quantize={quantize}, value_dim={value_dim}",
+            )
         super().__init__(**kwargs)
         self.num_heads = num_heads
         self.key_dim = key_dim
@@ -199,7 +224,9 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         self.attention_window = attention_window
         self.rotary = rotary
         self.quantize = quantize
-        self.rounding = rounding_points(self, ROUNDING_POINTS, quantize)
+        self.quantize_cache = quantize_cache
+        points = ROUNDING_POINTS + ((CACHE_POINT,) if quantize_cache else ())
+        self.rounding = rounding_points(self, points, quantize)
         self.supports_masking = True
         self._dropout_layer = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
 
@@ -268,12 +295,18 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         )
         pairs = ((query, query_mask), (value, value_mask), (key, key_mask))
         masks = [incoming_mask(tensor, mask) for tensor, mask in pairs]
-        if cache is not None and self.quantize:
-            _checks.fail("cache", "None with quantize=True (not modelled yet)", "given")
+        if cache is not None and self.quantize and not self.quantize_cache:
+            _checks.fail(
+                "cache",
+                "None for a layer with quantize=True and quantize_cache=False "
+                "(an int8 cache needs its own range)",
+                "a cache",
+            )
         if cache is not None:  # decoding: self-attention over the cache
             extra = dict(attention_mask=attention_mask, attention_bias=attention_bias)
             return self._decode(query, cache, cache_update_index, **extra)
         q, k, v = self._project(query, key, value, training)  # (B, T|S, N, H)
+        k, v = self._round_cache(k, v, training)
         if self.rotary is not None:
             q, k = self._rotate(q, k, query, key, **where)
         context, weights = self._attend(
@@ -312,6 +345,7 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
                 "attention_window": self.attention_window,
                 "rotary": serialize_layer(self.rotary),
                 "quantize": self.quantize,
+                "quantize_cache": self.quantize_cache,
             }
         )
         return config
@@ -400,6 +434,13 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         scaled = q * tf.cast(self._query_scale, q.dtype)
         return rounder(self.rounding, training)("scaled_query", scaled), k, v
 
+    def _round_cache(self, k, v, training=None):
+        """Keys and values `(B, S, N, H)` on the cache's one range (or as they are)."""
+        if not self.quantize_cache:
+            return k, v
+        pair = rounder(self.rounding, training)(CACHE_POINT, tf.stack([k, v], 1))
+        return tf.unstack(pair, axis=1)
+
     @property
     def _query_scale(self):
         """1/sqrt(H), the factor on the queries."""
@@ -455,9 +496,7 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         r = rounder(self.rounding, training)
         logits = tf.cast(logits, tf.float32)
         if bias is not None:
-            if self.quantize:  # folded into a constant on its own range
-                bias = quantization.fake_quant_constant(bias)
-            logits = r("biased", logits + bias)
+            logits = r("biased", logits + r("bias", bias))
         if mask is not None:
             penalty = -ops.MASK_PENALTY if self.quantize else ops.mask_value()
             logits = r("masked", tf.where(mask, logits, penalty))
@@ -586,7 +625,10 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
                 key_positions=where,
                 max_length=max_length,
             )
-        keys, values, cache = ops.cache.update_cache(cache, k, v, index)
+        rounding = None
+        if self.quantize_cache:  # the int8 cache's one range, in and out
+            rounding = functools.partial(rounder(self.rounding, None), CACHE_POINT)
+        keys, values, cache = ops.cache.update_cache(cache, k, v, index, rounding)
         bias = None
         if self.position_bias is not None:
             bias = ops.cache.cached_bias(self.position_bias, query, keys, index)

@@ -22,9 +22,9 @@ class SinusoidalPositionEncoding(keras.layers.Layer):
     Args:
         max_wavelength: float, the longest wavelength of the sinusoids.
             Defaults to `10000.0`.
-        quantize: bool, round the encoding to int8 on its own range (as the
-            converter folds it) for quantization-aware training. Defaults to
-            False.
+        quantize: bool, round the encoding to the int8 grid of [-1, 1]
+            (the range of every sine and cosine, at any length or start) for
+            quantization-aware training. Defaults to False.
 
     Call arguments:
         inputs: tensor `(B, T, D)`; only its shape is used.
@@ -61,8 +61,8 @@ class SinusoidalPositionEncoding(keras.layers.Layer):
         pos = resolve_positions(inputs, start_index, positions)
         encoding = ops.sinusoid(pos, width, self.max_wavelength)  # (T, D)/(B, T, D)
         encoding = tf.broadcast_to(encoding, tf.shape(inputs))  # (B, T, D)
-        if self.quantize:  # folded into a constant on its own int8 range
-            encoding = quantization.fake_quant_constant(encoding)
+        if self.quantize:  # a constant of sines and cosines: int8 on [-1, 1]
+            encoding = quantization.fake_quant(encoding, -1.0, 1.0)
         return tf.cast(encoding, self.compute_dtype)
 
     def compute_output_shape(self, input_shape):

@@ -7,6 +7,7 @@ import tensorflow as tf
 
 from keras_posenc import _checks, generation, ops
 from keras_posenc._compat import keras, register
+from keras_posenc.layers.quantized_dense import QuantizedDense
 from keras_posenc.layers.rotary_embedding import RotaryEmbedding
 from keras_posenc.layers.token_embedding import TokenEmbedding
 from keras_posenc.models import _steps
@@ -57,6 +58,16 @@ class CausalLM(keras.Model):
         share_position_bias: bool, one bias producer for every attention,
             evaluated once per forward (and once per decoding step), as in
             `build_encoder`. Defaults to `False`.
+        quantize: bool, quantization-aware training: every tensor the int8
+            decoding export rounds (the embedding table, the projections and
+            the head, every norm, residual sum and attention step, and the
+            caches, keys and values on one range) passes a fake quantizer
+            with a range learned in training, so
+            `tflite_export.convert_causal_lm(model, None)` converts it without
+            calibration data, and cached decoding still equals a recompute.
+            For the methods in `keras_posenc.models.methods.QUANTIZED_METHODS`
+            with dense attention; `tflite_export.quantize_aware(model)` makes
+            one from a trained float model. Defaults to `False`.
         name: str, the model name. Defaults to `"causal_lm"`.
 
     Example:
@@ -82,6 +93,7 @@ class CausalLM(keras.Model):
         attention_window=None,
         position_options=None,
         share_position_bias=False,
+        quantize=False,
         name="causal_lm",
         **kwargs,
     ):
@@ -103,6 +115,7 @@ class CausalLM(keras.Model):
             position_options=position_options,
             share_position_bias=share_position_bias,
             causal=True,
+            quantize=quantize,
         )
         config = {
             "vocab_size": _checks.positive_int("vocab_size", vocab_size),
@@ -118,9 +131,13 @@ class CausalLM(keras.Model):
             "attention_window": attention_window,
             "position_options": position_options,
             "share_position_bias": share_position_bias,
+            "quantize": quantize,
         }
-        embedding = TokenEmbedding(vocab_size, hidden_dim, name="embedding")
-        head = keras.layers.Dense(vocab_size, name="logits")
+        rounding = {"quantize": True} if quantize else {}
+        embedding = TokenEmbedding(vocab_size, hidden_dim, name="embedding", **rounding)
+        head = (QuantizedDense if quantize else keras.layers.Dense)(
+            vocab_size, name="logits"
+        )
         tokens = keras.Input((config["sequence_length"],), dtype="int32", name="tokens")
         logits = head(stack.forward(embedding(tokens)))
         super().__init__(tokens, logits, name=name, **kwargs)

@@ -247,3 +247,24 @@ METHODS = {
 }
 #: Methods whose attentions can share one bias (`share_position_bias=True`).
 SHARED_BIAS_METHODS = tuple(name for name, method in METHODS.items() if method.bias)
+
+
+def rounding_modelled(method):
+    """Whether every layer of `method` models its int8 rounding (QAT).
+
+    No rotary products, position generator, recursive blocks or gated and
+    combined inputs yet: their rounding is not modelled.
+    """
+    return (
+        method.rotary is None
+        and method.generator is None
+        and not method.recursive
+        and not method.combined_input
+        and method.input_positions in (None, "sinusoidal", "learned")
+    )
+
+
+#: The methods whose every layer models its int8 rounding (`quantize=True`).
+QUANTIZED_METHODS = tuple(
+    name for name, method in METHODS.items() if rounding_modelled(method)
+)

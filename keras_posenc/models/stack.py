@@ -18,6 +18,8 @@ from keras_posenc.layers.hierarchical_position_network import (
     HierarchicalPositionNetwork,
 )
 from keras_posenc.layers.layer_norm import LayerNorm
+from keras_posenc.layers.quantized_add import QuantizedAdd
+from keras_posenc.layers.quantized_dense import QuantizedDense
 from keras_posenc.layers.recursive_position_update import RecursivePositionUpdate
 from keras_posenc.layers.relative_multi_head_attention import (
     RelativeMultiHeadAttention,
@@ -26,7 +28,11 @@ from keras_posenc.layers.relative_position_bias import RelativePositionBias
 from keras_posenc.layers.sinusoidal_position_encoding import (
     SinusoidalPositionEncoding,
 )
-from keras_posenc.models.methods import METHODS, SHARED_BIAS_METHODS
+from keras_posenc.models.methods import (
+    METHODS,
+    QUANTIZED_METHODS,
+    SHARED_BIAS_METHODS,
+)
 
 
 class TransformerStack:
@@ -48,6 +54,11 @@ class TransformerStack:
         share_position_bias: bool, one bias producer for every attention.
         grid_shape: tuple or None, the grid of a flattened 2-D input.
         causal: bool, no position reads a later one (decoders).
+        quantize: bool, every layer fake-quantizes what int8 TFLite rounds
+            (quantization-aware training): `QuantizedDense`, `QuantizedAdd`
+            for every residual sum, and `quantize=True` layers; a causal
+            stack also rounds its attention caches (`quantize_cache`). For
+            `QUANTIZED_METHODS` with dense attention.
     """
 
     def __init__(
@@ -63,6 +74,7 @@ class TransformerStack:
         share_position_bias=False,
         grid_shape=None,
         causal=False,
+        quantize=False,
     ):
         method = METHODS[_checks.choice("position", position, tuple(METHODS))]
         width = _checks.positive_int("hidden_dim", hidden_dim)
@@ -81,7 +93,18 @@ class TransformerStack:
         _check_share_position_bias(
             share_position_bias, position, method, grid_shape, window
         )
+        quantize = _checks.boolean("quantize", quantize)
+        if quantize and (position not in QUANTIZED_METHODS or window is not None):
+            _checks.fail(
+                "quantize",
+                f"False unless position is in {list(QUANTIZED_METHODS)} with dense "
+                "attention (the others' int8 rounding is not modelled yet)",
+                quantize,
+                fix=f"Received position={position!r}, attention_window={window!r}",
+            )
         parts = method.resolve_options(position_options, max_length)
+        if quantize:
+            parts["sinusoid"]["quantize"] = parts["learned"]["quantize"] = True
         if causal:
             _refuse_lookahead(parts, position, position_options)
             if method.bias == "relative":
@@ -96,7 +119,8 @@ class TransformerStack:
                 ),
                 CombinedPositionInput(name="combined_input"),
             )
-        self.embedding_norm = LayerNorm(name="embedding_norm")
+        rounding = {"quantize": True} if quantize else {}
+        self.embedding_norm = LayerNorm(name="embedding_norm", **rounding)
         self.first = min(method.generator_from, layers - 1)  # first layer fed
         self.hpn = None
         if method.generator is not None:
@@ -132,17 +156,28 @@ class TransformerStack:
                         rotary=method.rotary_layer(index, grid_shape, parts),
                         attention_window=window,
                         name=f"attention_{index}",
+                        **rounding,
+                        **({"quantize_cache": True} if quantize and causal else {}),
                     )
                 )
-                self.norms.append(LayerNorm(name=f"attention_norm_{index}"))
+                self.norms.append(LayerNorm(name=f"attention_norm_{index}", **rounding))
+            dense = QuantizedDense if quantize else keras.layers.Dense
             self.ffn.append(
                 (
-                    keras.layers.Dense(2 * width, "relu", name=f"ffn_hidden_{index}"),
-                    keras.layers.Dense(width, name=f"ffn_output_{index}"),
+                    dense(2 * width, "relu", name=f"ffn_hidden_{index}"),
+                    dense(width, name=f"ffn_output_{index}"),
                     keras.layers.Dropout(dropout, name=f"ffn_dropout_{index}"),
-                    LayerNorm(name=f"ffn_norm_{index}"),
+                    LayerNorm(name=f"ffn_norm_{index}", **rounding),
                 )
             )
+        self.sums = {}  # quantize: one rounding layer per residual sum
+        if quantize:
+            names = ["position_sum"] + [
+                f"{part}_sum_{index}"
+                for index in range(layers)
+                for part in ("attention", "ffn")
+            ]
+            self.sums = {name: QuantizedAdd(name=name) for name in names}
 
     def conv_state(self, index):
         """Whether layer `index` keeps a causal-convolution state in the cache."""
@@ -178,11 +213,18 @@ class TransformerStack:
         returns `(output, updated_cache)`.
         """
         decoding = cache is not None
-        add = _plus if decoding else _add  # an Add layer keeps Keras masks
+
+        def add(name, a, b):
+            if self.sums:  # the same rounding layer for sequences and steps
+                return self.sums[name]([a, b])
+            return _plus(a, b) if decoding else _add(a, b)  # Add keeps masks
+
         where = {"start_index": index} if decoding else {}
         slots, updated = iter(cache or ()), []
         if self.absolute is not None:
-            x = add(x, self._positions(x, self._encode_input, cache, index))
+            x = add(
+                "position_sum", x, self._positions(x, self._encode_input, cache, index)
+            )
         x = self.embedding_norm(x)
         shared = {}  # the shared bias, evaluated once: (1, N, T, T or S_max)
         if self.shared_bias is not None:
@@ -216,9 +258,10 @@ class TransformerStack:
                 else:
                     causal = {"use_causal_mask": True} if self.causal else {}
                     attended = block(query, training=training, **causal, **shared)
-                x = self.norms[i](add(x, attended))
+                x = self.norms[i](add(f"attention_sum_{i}", x, attended))
             hidden, output, dropout, norm = self.ffn[i]
-            x = norm(add(x, dropout(output(hidden(x)), training=training)))
+            fed = dropout(output(hidden(x)), training=training)
+            x = norm(add(f"ffn_sum_{i}", x, fed))
         return (x, updated) if decoding else x
 
     def _encode_input(self, x, start_index=0):

@@ -73,16 +73,22 @@ def cached_bias(position_bias, query, keys, index):
     return tf.gather(tf.cast(grid, tf.float32), rows, axis=2)
 
 
-def update_cache(cache, key, value, index):
+def update_cache(cache, key, value, index, rounding=None):
     """Writes heads-last key/value heads `(B, T, N, H)` into `cache` at `index`.
+
+    `rounding(x)`, when given, puts the old cache, the new keys and values
+    and the updated cache on the int8 cache's grid (quantization-aware
+    models: every tensor of the write then has the cache's one range).
 
     Returns:
         `(keys, values, cache)`: all cached keys and values `(B, S_max, N, H)`
         and the updated `(B, 2, S_max, N, H)` cache.
     """
     index = tf.cast(index, tf.int32)
-    new = tf.stack([key, value], axis=1)  # (B, 2, T, N, H)
-    cache = dynamic_update_slice(cache, tf.cast(new, cache.dtype), [0, 0, index, 0, 0])
+    rounding = rounding or (lambda x: x)
+    new = rounding(tf.cast(tf.stack([key, value], axis=1), cache.dtype))  # (B,2,T,N,H)
+    cache = dynamic_update_slice(rounding(cache), new, [0, 0, index, 0, 0])
+    cache = rounding(cache)
     # Unstacked, not sliced: microcontrollers slice at most 4-D tensors.
     keys, values = tf.unstack(cache, axis=1)  # (B, S_max, N, H) each
     return keys, values, cache

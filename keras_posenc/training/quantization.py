@@ -27,18 +27,10 @@ from keras_posenc.layers.sinusoidal_position_encoding import (
     SinusoidalPositionEncoding,
 )
 from keras_posenc.layers.token_embedding import TokenEmbedding
+from keras_posenc.models.causal_lm import CausalLM
+from keras_posenc.models.methods import QUANTIZED_METHODS  # noqa: F401 (public)
 from keras_posenc.utils import nested_layers
 
-#: Builder methods whose every layer has its int8 rounding modelled.
-QUANTIZED_METHODS = (
-    "none",
-    "sinusoidal",
-    "learned",
-    "t5",
-    "clipped",
-    "alibi",
-    "dynamic_bias",
-)
 #: Package layers rebuilt with `quantize=True`.
 ROUNDING_LAYERS = (
     LayerNorm,
@@ -58,7 +50,9 @@ def quantize_model(model):
     """A quantization-aware copy of `model`, with its weights.
 
     Args:
-        model: a functional `keras.Model` with integer (token id) inputs,
+        model: a `keras_posenc.models.CausalLM` of one of `QUANTIZED_METHODS`
+            with dense attention (its copy is a `CausalLM(quantize=True)`,
+            caches rounded too), or a functional `keras.Model`
             built from `TokenEmbedding`, `SinusoidalPositionEncoding`,
             `LearnedPositionEmbedding`, `RelativeMultiHeadAttention` (dense,
             without rotary), `LayerNorm`, `MeanPooling`, `Dense`, `Add` and
@@ -72,6 +66,8 @@ def quantize_model(model):
         A `keras.Model` with the same inputs, outputs and float weights, whose
         rounding ranges start from its first training batch.
     """
+    if isinstance(model, CausalLM):
+        return _quantized_causal_lm(model)
     if not isinstance(model, keras.Model) or not getattr(model, "inputs", None):
         raise TypeError(
             f"`model` must be a functional keras.Model. Received: {model!r}"
@@ -146,6 +142,21 @@ def _rounding_copy(layer, readers):
     if isinstance(layer, ROUNDING_LAYERS):
         return type(layer).from_config({**config, "quantize": True})
     return type(layer).from_config(config)
+
+
+def _quantized_causal_lm(model):
+    """`CausalLM(quantize=True)` of `model`'s config, with its weights."""
+    config = model.get_config()
+    if config.get("quantize"):
+        raise ValueError(
+            f"`model` must be a float CausalLM. Received: {model.name}, which "
+            "was built with quantize=True"
+        )
+    copy = CausalLM.from_config({**config, "quantize": True})
+    for layer in model.layers:
+        if layer.weights:
+            _copy_weights(layer, copy.get_layer(layer.name))
+    return copy
 
 
 def _copy_weights(old, new):

@@ -366,7 +366,7 @@ def test_quantized_layer_checks(bias_mode, tmp_path):
         lambda **kw: make(bias_mode, quantize=True, **kw),
         [query, value],
         tmp_path,
-        num_weights=4 * (2 + 3) + 5 * 3 + table,  # QuantizedDense x4, 5 points
+        num_weights=4 * (2 + 3) + 6 * 3 + table,  # QuantizedDense x4, 6 points
         expected_output_shape=(2, 5, 4),
     )
 
@@ -400,9 +400,38 @@ def test_quantize_refuses_what_it_does_not_model(kwargs):
         RelativeMultiHeadAttention(num_heads=2, key_dim=4, quantize=True, **kwargs)
 
 
-def test_quantized_attention_refuses_a_cache():
+def test_quantized_attention_refuses_a_cache_without_its_range():
     layer = make(quantize=True)
     x = tf.ones((1, 1, 6))
     cache = tf.zeros((1, 2, 4, 2, 3))
-    with pytest.raises(ValueError, match="`cache` must be None with quantize=True"):
+    with pytest.raises(ValueError, match="`cache` must be None for a layer with"):
         layer(x, cache=cache, cache_update_index=0)
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"value_dim": 5, "quantize": True}])
+def test_quantize_cache_needs_quantize_and_one_head_size(kwargs):
+    with pytest.raises(ValueError, match="`quantize_cache` must be False unless"):
+        RelativeMultiHeadAttention(
+            num_heads=2, key_dim=3, quantize_cache=True, **kwargs
+        )
+
+
+def test_a_quantized_cache_decodes_as_the_sequence_recomputes():
+    """Keys and values on the cache's one range, in training and decoding."""
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(2, 5, 6)).astype("float32")
+    layer = make("t5", quantize=True, quantize_cache=True)
+    layer(x, use_causal_mask=True, training=True)  # the ranges of one batch
+    full = layer(x, use_causal_mask=True).numpy()
+    cache = tf.zeros((2, 2, 5, 2, 3))
+    steps = []
+    for t in range(5):
+        out, cache = layer(x[:, t : t + 1], cache=cache, cache_update_index=t)
+        steps.append(out.numpy()[:, 0])
+    np.testing.assert_allclose(np.stack(steps, 1), full, atol=1e-5)
+    cached = cache.numpy()  # every cached value on the cache's int8 grid
+    point = layer.rounding["cache"]
+    low, high = float(point.minimum), float(point.maximum)
+    grid = cached / ((high - low) / 255)  # the grid holds 0 exactly
+    np.testing.assert_allclose(grid, np.round(grid), atol=1e-3)
+    assert len(np.unique(np.round(grid))) > 10

@@ -68,10 +68,13 @@ def test_rejects_positions_of_rank_3():
         SinusoidalPositionEncoding()(tf.zeros((1, 2, 4)), positions=tf.zeros((1, 2, 1)))
 
 
-def test_quantized_encoding_is_the_table_on_its_own_int8_grid():
+def test_quantized_encoding_lies_on_the_int8_grid_of_minus_one_to_one():
     x = np.zeros((1, 6, 8), "float32")
-    got = SinusoidalPositionEncoding(quantize=True)(x).numpy()
-    want = SinusoidalPositionEncoding()(x).numpy()
-    scale = (want.max() - min(want.min(), 0.0)) / 255
-    assert np.abs(got - want).max() <= scale / 2 + 1e-6
-    assert len(np.unique(got)) <= 256
+    got = SinusoidalPositionEncoding(quantize=True)(x, start_index=3).numpy()
+    want = SinusoidalPositionEncoding()(x, start_index=3).numpy()
+    scale = 2.0 / 255
+    zero = np.round(1.0 / scale)  # -1 is grid point 0
+    np.testing.assert_allclose(
+        got, (np.round(want / scale + zero) - zero) * scale, atol=1e-6
+    )
+    assert np.abs(got - want).max() > 0

@@ -5,6 +5,7 @@ import os
 import numpy as np
 import pytest
 import tensorflow as tf
+from marks import fast_only
 
 from keras_posenc import generation
 from keras_posenc._compat import keras
@@ -36,7 +37,11 @@ def cached_logits(model, x, prefill):
     return np.concatenate(outputs, axis=1)
 
 
-@pytest.mark.parametrize("position", POSITION_METHODS)
+#: One method per kind of position producer in `make check` (all in `make test`).
+FAST = ("learned", "t5", "hybrid", "rope")
+
+
+@pytest.mark.parametrize("position", fast_only(POSITION_METHODS, FAST))
 def test_each_method_is_causal_caches_exactly_and_generates_alike(position):
     """One model per method, three contracts (keras-hub#2861 lost ALiBi here)."""
     model = small(position)
@@ -94,7 +99,7 @@ def test_a_shared_bias_is_every_layer_adding_it_and_caches_exactly(position, tmp
 WINDOWED = ("learned", "t5", "dynamic_bias", "hybrid", "recursive", "rope", "gated")
 
 
-@pytest.mark.parametrize("position", WINDOWED)
+@pytest.mark.parametrize("position", fast_only(WINDOWED, ("t5", "rope")))
 def test_windowed_caching_and_generation_equal_full_recompute(position):
     model = small(position, attention_window=3)
     x = tokens(length=10)

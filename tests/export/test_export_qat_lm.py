@@ -1,0 +1,136 @@
+"""A quantization-aware causal LM converts without data, and the device runs it."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tflite_export
+from keras_posenc import IS_KERAS_3
+from keras_posenc.models import build_causal_lm
+from keras_posenc.ops import cache
+from tflite_export import integer_islands
+from tflite_export.convert import check_integer_ops
+
+keras = tf.keras
+VOCAB = 12
+#: One method trained per Keras mode (each pass ~30 s).
+POSITION = "alibi" if IS_KERAS_3 else "t5"
+
+
+def counting(rows, length=17):
+    """Rows of 1 .. 10 repeating, each from its own start: easy to learn."""
+    starts = np.arange(rows)[:, None] % 10
+    return ((starts + np.arange(length)[None]) % 10 + 1).astype("int32")
+
+
+def trained_qat(position, layers=2):
+    keras.utils.set_random_seed(0)
+    model = build_causal_lm(
+        VOCAB,
+        hidden_dim=16,
+        num_layers=layers,
+        num_heads=2,
+        position=position,
+        max_length=32,
+    )
+    x = counting(320)
+    loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    model.compile(keras.optimizers.Adam(3e-3), loss)
+    model.fit(x[:, :-1], x[:, 1:], epochs=3, batch_size=32, verbose=0)
+    qat = tflite_export.quantize_aware(model)
+    qat.compile(keras.optimizers.Adam(3e-4), loss)
+    qat.fit(x[:, :-1], x[:, 1:], epochs=1, batch_size=32, verbose=0)
+    return qat
+
+
+@pytest.fixture(scope="module")
+def qat_lm():
+    return trained_qat(POSITION)
+
+
+@pytest.mark.slow
+def test_the_tflm_step_without_data_generates_the_qat_models_tokens(qat_lm):
+    pytest.importorskip("tflite_micro", reason="needs tflite-micro (TFLM)")
+    model_bytes = tflite_export.convert_causal_lm(
+        qat_lm, None, max_length=20, target="tflm"
+    )
+    check_integer_ops(model_bytes)  # convert_causal_lm checked it too
+    contract = tflite_export.device_contract(model_bytes)
+    assert all(port.dtype == "int8" for port in contract.outputs)
+    assert all(feed.copy for feed in contract.feeds)  # one range in and out
+    prompts = [[1, 2, 3, 4], [7, 8]]
+    want = qat_lm.generate(prompts, max_new_tokens=10)
+    got = tflite_export.generate_tflite(model_bytes, prompts, 10, runtime="tflm")
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.slow
+def test_the_litert_export_reads_text_as_the_qat_model_does(qat_lm):
+    pytest.importorskip("ai_edge_litert", reason="needs ai-edge-litert (LiteRT)")
+    model_bytes = tflite_export.convert_causal_lm(qat_lm, None, max_length=20)
+    report = tflite_export.verify_causal_lm(model_bytes, qat_lm, counting(4, 14))
+    assert report.bits_per_token_litert <= report.bits_per_token_keras * 1.02 + 0.01, (
+        report.table()
+    )
+
+
+@pytest.mark.slow
+def test_the_cache_write_is_rewired_to_int8_only_on_one_range(qat_lm, monkeypatch):
+    """The converter leaves the cache write float; `integer_islands` makes it
+    int8 when its tensors share the cache's range, and refuses otherwise."""
+    pytest.importorskip("ai_edge_litert", reason="needs ai-edge-litert (LiteRT)")
+    from tensorflow.lite.tools import flatbuffer_utils
+
+    from tflite_export import causal_lm
+
+    raw = []
+    monkeypatch.setattr(
+        causal_lm, "integer_update_slices", lambda model: raw.append(model) or model
+    )
+    with pytest.raises(tflite_export.ExportError, match="DYNAMIC_UPDATE_SLICE"):
+        tflite_export.convert_causal_lm(qat_lm, None, max_length=8, target="tflm")
+    rewired = integer_islands.integer_update_slices(raw[0])
+    check_integer_ops(rewired)
+    assert len(rewired) < len(raw[0])  # three conversion ops fewer per layer
+    # The same island with its written cache on another scale is refused.
+    model = flatbuffer_utils.convert_bytearray_to_object(bytearray(raw[0]))
+    graph = model.subgraphs[0]
+    codes = [
+        flatbuffer_utils.opcode_to_name(model, op.opcodeIndex) for op in graph.operators
+    ]
+    write = graph.operators[codes.index("DYNAMIC_UPDATE_SLICE")]
+    (quantize,) = [op for op in graph.operators if write.outputs[0] in op.inputs]
+    graph.tensors[quantize.outputs[0]].quantization.scale[0] *= 2
+    bad = bytes(flatbuffer_utils.convert_object_to_bytearray(model))
+    with pytest.raises(integer_islands.IslandError, match="different ranges"):
+        integer_islands.integer_update_slices(bad)
+
+
+@pytest.mark.slow
+def test_new_keys_off_the_cache_range_leave_float_ops_and_are_refused(
+    qat_lm, monkeypatch
+):
+    """A misplaced quantizer: new keys and values left on their own ranges."""
+    pytest.importorskip("ai_edge_litert", reason="needs ai-edge-litert (LiteRT)")
+    real = cache.update_cache
+
+    def old_cache_only(old, key, value, index, rounding=None):
+        if rounding is None:
+            return real(old, key, value, index)
+        keys, values, new = real(rounding(old), key, value, index)
+        return keys, values, rounding(new)
+
+    monkeypatch.setattr(cache, "update_cache", old_cache_only)
+    with pytest.raises(tflite_export.ExportError, match="left float ops"):
+        tflite_export.convert_causal_lm(qat_lm, None, max_length=8, target="tflm")
+
+
+def test_data_free_conversion_needs_a_quantization_aware_lm():
+    model = build_causal_lm(VOCAB, hidden_dim=8, num_heads=2, position="alibi")
+    with pytest.raises(tflite_export.ExportError, match="may be None only for"):
+        tflite_export.convert_causal_lm(model, None, max_length=8)
+    qat = build_causal_lm(
+        VOCAB, hidden_dim=8, num_heads=2, position="alibi", quantize=True
+    )
+    with pytest.raises(tflite_export.ExportError, match="in mode='int8' only"):
+        tflite_export.convert_causal_lm(qat, None, mode="float32", max_length=8)

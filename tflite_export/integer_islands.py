@@ -1,0 +1,111 @@
+"""Float islands the converter leaves in a quantization-aware model, made int8.
+
+In quantization-aware mode the TFLite converter has no quantization rule for
+DYNAMIC_UPDATE_SLICE (the KV-cache write of a decoding step): it dequantizes
+the int8 cache and the int8 new keys and values, writes in float32 and
+quantizes the result again. The write moves values and computes nothing, and
+the training put all three tensors on one range (the cache's), so the int8
+kernel that calibrated exports use gives the same bytes. `integer_update_slices`
+rewires each such island to it: the DEQUANTIZE inputs feed the write, the
+write produces the QUANTIZE output, and the three conversion ops go.
+"""
+
+import numpy as np
+
+#: The op this module rewires.
+UPDATE = "DYNAMIC_UPDATE_SLICE"
+
+
+class IslandError(ValueError):
+    """A float island whose tensors do not share one int8 range."""
+
+
+def integer_update_slices(model_bytes):
+    """`model_bytes` with every float DYNAMIC_UPDATE_SLICE island made int8.
+
+    An island is `DEQUANTIZE(a), DEQUANTIZE(b) -> DYNAMIC_UPDATE_SLICE ->
+    QUANTIZE`, where `a`, `b` and the QUANTIZE output are int8 on the same
+    scale and zero point. Returns the bytes unchanged when there is none.
+
+    Raises:
+        IslandError: an island whose three int8 tensors differ in range
+            (rewiring it would change the values).
+    """
+    from tensorflow.lite.tools import flatbuffer_utils
+
+    model = flatbuffer_utils.convert_bytearray_to_object(bytearray(model_bytes))
+    names = {
+        index: flatbuffer_utils.opcode_to_name(model, index)
+        for index in range(len(model.operatorCodes))
+    }
+    changed = False
+    for graph in model.subgraphs:
+        producers = {out: op for op in graph.operators for out in op.outputs}
+        readers = {}
+        for op in graph.operators:
+            for tensor in op.inputs:
+                readers.setdefault(tensor, []).append(op)
+        drop = []
+        for op in graph.operators:
+            if names[op.opcodeIndex] != UPDATE:
+                continue
+            island = _island(graph, op, names, producers, readers)
+            if island is None:
+                continue
+            sources, quantize = island
+            ranges = {_range(graph.tensors[t]) for t in (*sources, quantize.outputs[0])}
+            if len(ranges) != 1:
+                raise IslandError(
+                    f"{UPDATE} writes int8 tensors of different ranges {sorted(ranges)}"
+                    ": rewiring it to int8 would change values"
+                )
+            inputs = list(op.inputs)
+            for position, source in enumerate(sources):
+                dequantize = producers[inputs[position]]
+                inputs[position] = source
+                if len(readers[dequantize.outputs[0]]) == 1:
+                    drop.append(dequantize)
+            op.inputs = np.array(inputs, dtype=np.int32)
+            op.outputs = np.array(quantize.outputs, dtype=np.int32)
+            drop.append(quantize)
+            changed = True
+        graph.operators = [op for op in graph.operators if not _among(op, drop)]
+    if not changed:
+        return model_bytes
+    return bytes(flatbuffer_utils.convert_object_to_bytearray(model))
+
+
+def _island(graph, op, names, producers, readers):
+    """`(int8 sources of operands 0 and 1, the QUANTIZE op)` or None."""
+    sources = []
+    for tensor in op.inputs[:2]:
+        producer = producers.get(tensor)
+        if producer is None or names[producer.opcodeIndex] != "DEQUANTIZE":
+            return None
+        source = producer.inputs[0]
+        if graph.tensors[source].type != _int8():
+            return None
+        sources.append(source)
+    consumers = readers.get(op.outputs[0], [])
+    if len(consumers) != 1 or names[consumers[0].opcodeIndex] != "QUANTIZE":
+        return None
+    quantize = consumers[0]
+    if graph.tensors[quantize.outputs[0]].type != _int8():
+        return None
+    return sources, quantize
+
+
+def _range(tensor):
+    """`(scale, zero point)` of a per-tensor int8 tensor."""
+    q = tensor.quantization
+    return (float(q.scale[0]), int(q.zeroPoint[0]))
+
+
+def _among(op, ops):
+    return any(op is other for other in ops)
+
+
+def _int8():
+    from tensorflow.lite.python import schema_py_generated as schema
+
+    return schema.TensorType.INT8
