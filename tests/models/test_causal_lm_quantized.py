@@ -105,7 +105,5 @@ def test_a_quantized_lm_fits_saves_and_reloads(tmp_path):
     qat.save(path)
     loaded = keras.models.load_model(path)
     assert loaded.get_config() == qat.get_config()
-    np.testing.assert_allclose(loaded(x), qat(x), atol=1e-6)
-    np.testing.assert_array_equal(
-        loaded.generate([[1, 2]], 5), qat.generate([[1, 2]], 5)
-    )
+    np.testing.assert_allclose(loaded(x), qat(x), atol=1e-6)  # ranges too
+    np.testing.assert_allclose(stepwise(loaded, x), qat(x), atol=1e-5)
