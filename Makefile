@@ -39,13 +39,14 @@ test-keras2: install
 	TF_USE_LEGACY_KERAS=1 $(PY) -m pytest -q tests
 
 # Both Keras modes side by side (2 cores, one thread each: 10% faster than
-# two processes of two threads); the Keras 2 log is printed after.
+# two processes of two threads), each listing its 15 slowest tests (the
+# budget is 20 minutes); the Keras 2 log is printed after.
 ONE_THREAD := TF_NUM_INTRAOP_THREADS=1 TF_NUM_INTEROP_THREADS=1 OMP_NUM_THREADS=1
 test: lint
-	@$(ONE_THREAD) TF_USE_LEGACY_KERAS=1 $(PY) -m pytest -q tests \
+	@$(ONE_THREAD) TF_USE_LEGACY_KERAS=1 $(PY) -m pytest -q --durations=15 tests \
 		> .pytest-keras2.log 2>&1 & \
 	keras2=$$!; \
-	$(ONE_THREAD) $(PY) -m pytest -q tests; keras3=$$?; \
+	$(ONE_THREAD) $(PY) -m pytest -q --durations=15 tests; keras3=$$?; \
 	wait $$keras2; keras2=$$?; \
 	echo "--- Keras 2 (TF_USE_LEGACY_KERAS=1) ---"; cat .pytest-keras2.log; \
 	exit $$(( keras3 || keras2 ))
