@@ -95,10 +95,10 @@ class LayerNorm(keras.layers.Layer):
             gamma, beta, epsilon = map(
                 quantization.fake_quant_constant, (gamma, beta, epsilon)
             )
-        inverse = r(
-            "inverse_deviation",
-            tf.math.rsqrt(r("variance_epsilon", variance + epsilon)),
-        )
+        shifted = r("variance_epsilon", variance + epsilon)
+        if self.quantize:  # a variance rounded to 0: RSQRT saturates, never inf
+            shifted = tf.maximum(shifted, self.epsilon)
+        inverse = r("inverse_deviation", tf.math.rsqrt(shifted))
         y = r("scaled", r("normalized", centered * inverse) * gamma)
         return tf.cast(r("output", y + beta), self.compute_dtype)
 

@@ -70,3 +70,15 @@ def test_quantized_output_is_the_formula_on_int8_levels():
 def test_rejects_a_quantize_that_is_not_a_bool():
     with pytest.raises(TypeError, match="`quantize` must be"):
         LayerNorm(quantize="yes")
+
+
+def test_a_quantized_norm_of_a_constant_token_saturates_instead_of_nan():
+    """A variance that rounds to 0 gives RSQRT's largest value, as int8 does."""
+    x = np.random.default_rng(4).normal(size=(2, 3, 8)).astype("float32")
+    x[0, 1] = 0.5  # a constant token: zero variance
+    layer = LayerNorm(quantize=True)
+    out = layer(x, training=True).numpy()
+    assert np.isfinite(out).all()
+    ranges = [w.numpy() for w in layer.weights if "imum" in w.name]
+    assert ranges and np.isfinite(ranges).all()
+    np.testing.assert_allclose(out[0, 1], out[0, 1].mean(), atol=1e-6)  # = beta
