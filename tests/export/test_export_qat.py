@@ -193,7 +193,13 @@ def test_a_float_input_converts_on_the_range_it_trained():
     pytest.importorskip("ai_edge_litert", reason="needs ai-edge-litert (LiteRT)")
     keras.utils.set_random_seed(0)
     model = models.build_classifier(
-        3, input_dim=4, sequence_length=8, hidden_dim=16, num_heads=2, position="t5"
+        3,
+        input_dim=4,
+        sequence_length=8,
+        hidden_dim=16,
+        num_heads=2,
+        num_layers=1,
+        position="t5",
     )
     rng = np.random.default_rng(0)
     x = rng.uniform(0.0, 16.0, (128, 8, 4)).astype("float32")
