@@ -170,8 +170,7 @@ def _lm_run(quick, seeds):
             "that int8 TFLM, its cache int8 throughout, generates as the QAT "
             "Keras model does",
             f"QAT: {qat_steps} batches at 3e-4 after the {steps} float batches "
-            "(the float column is the model before them); a rotary LM's rounding "
-            "is not modelled yet (refused by quantize_aware)",
+            "(the float column is the model before them)",
         ],
     )
 

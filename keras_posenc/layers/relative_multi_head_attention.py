@@ -40,6 +40,11 @@ ROUNDING_POINTS = (
 )
 #: The keys and values on one range, as an int8 cache tensor holds them.
 CACHE_POINT = "cache"
+#: With a rotary layer (`quantize=True`): the two products and the sum of
+#: each side (the queries' sum replaces `scaled_query`: the rotation scales).
+ROTARY_POINTS = tuple(
+    f"{side}_{name}" for side in ("query", "key") for name in ("cos", "sin", "rotated")
+)
 
 
 @register
@@ -104,10 +109,15 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
             quantization-aware training: the projections (`QuantizedDense`),
             the scaled queries, the logits, the bias, the biased and masked
             logits (each on a range learned in training), the softmax
-            (TFLite's fixed 1/256 grid) and the context. Dense attention
-            without a rotary layer or a window (their rounding is not
-            modelled yet; refused). Masked logits take the bounded penalty of
-            int8 exports (`ops.MASK_PENALTY`). Defaults to False.
+            (TFLite's fixed 1/256 grid) and the context; with a rotary
+            layer, its cos and sin tables (on their fixed range) and each
+            side's two products and sum in place of the scaled queries
+            (`ROTARY_POINTS`). Dense attention only (a window's rounding is
+            not modelled yet; refused), and a rotary layer of one table per
+            1-D position turning every feature (no xPos, length-dependent
+            type, grid or learned frequencies: refused). Masked logits take
+            the bounded penalty of int8 exports (`ops.MASK_PENALTY`).
+            Defaults to False.
         quantize_cache: bool, with `quantize`: also round the keys and values
             together on one learned range, as the int8 cache tensor of a
             decoding export holds them (`tflite_export.convert_causal_lm`);
@@ -195,13 +205,14 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         _check_heads("position_bias", position_bias, num_heads)
         rotary = optional_layer("rotary", rotary, RotaryEmbedding)
         quantize = _checks.boolean("quantize", quantize)
-        if quantize and (rotary is not None or attention_window is not None):
+        if quantize and attention_window is not None:
             _checks.fail(
                 "quantize",
-                "False with `rotary` or `attention_window` (their int8 rounding "
-                "is not modelled yet)",
+                "False with `attention_window` (its int8 rounding is not modelled yet)",
                 quantize,
             )
+        if quantize and rotary is not None:
+            _check_quantized_rotary(rotary, key_dim)
         quantize_cache = _checks.boolean("quantize_cache", quantize_cache)
         if quantize_cache and (not quantize or value_dim not in (None, key_dim)):
             _checks.fail(
@@ -226,6 +237,8 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         self.quantize = quantize
         self.quantize_cache = quantize_cache
         points = ROUNDING_POINTS + ((CACHE_POINT,) if quantize_cache else ())
+        if rotary is not None:
+            points = ROTARY_POINTS + points[1:]  # no scaled_query
         self.rounding = rounding_points(self, points, quantize)
         self.supports_masking = True
         self._dropout_layer = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
@@ -306,9 +319,9 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
             extra = dict(attention_mask=attention_mask, attention_bias=attention_bias)
             return self._decode(query, cache, cache_update_index, **extra)
         q, k, v = self._project(query, key, value, training)  # (B, T|S, N, H)
-        k, v = self._round_cache(k, v, training)
         if self.rotary is not None:
-            q, k = self._rotate(q, k, query, key, **where)
+            q, k = self._rotate(q, k, query, key, training=training, **where)
+        k, v = self._round_cache(k, v, training)  # as the cache holds them
         context, weights = self._attend(
             (query, key),
             (q, k, v),
@@ -516,6 +529,8 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         key_positions=None,
         max_length=None,
         length=None,
+        training=None,
+        rows=None,
     ):
         """`rotary` applied to heads-last `(B, T|S, N, H)` at their true positions.
 
@@ -538,6 +553,12 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
             length = tf.maximum(tf.reduce_max(q_pos), tf.reduce_max(k_pos)) + 1.0
         tabulate = max_length is not None and ops.cache.is_static()
         tabulate = tabulate and self.rotary.position_only and q_pos.shape.rank == 2
+        if self.quantize:
+            rows = rows if tabulate else None
+            return [
+                self._rotate_rounded(x, where, side, max_length, rows, training)
+                for x, where, side in ((q, q_pos, "query"), (k, k_pos, "key"))
+            ]
         rotated = []
         for x, where, side in ((q, q_pos, "query"), (k, k_pos, "key")):
             if tabulate:  # (T, 1) positions: rows of a constant table
@@ -552,6 +573,38 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
                 cos, sin = cos[..., None, :], sin[..., None, :]
             rotated.append(ops.rotary.rotate(x, cos, sin, self.rotary.interleaved))
         return rotated
+
+    def _rotate_rounded(self, x, where, side, max_length, rows, training):
+        """`_rotate` of one side as the int8 model computes it (`quantize`).
+
+        The widened, signed cos and sin tables are rounded on their fixed
+        range (the attention factor, times 1/sqrt(H) for the queries): a
+        constant of the int8 model, of every cached position when the
+        decoding step gives its integer `rows` (it gathers them: no float op
+        on positions); the two products and their sum pass their learned
+        ranges (`ROTARY_POINTS`).
+        """
+        limit = abs(self.rotary.attention_factor)
+        if side == "query":
+            limit *= self._query_scale
+        if rows is not None:
+            where = ops.position_range(max_length)[:, None]  # (S_max, 1)
+        cos, sin = self.rotary.cos_sin(where, side)
+        if side == "query":
+            cos, sin = cos * self._query_scale, sin * self._query_scale
+        tables = ops.rotary.rotation_tables(cos, sin, self.rotary.interleaved)
+        tables = [quantization.fake_quant_symmetric(t, limit) for t in tables]
+        if rows is not None:
+            tables = [tf.gather(t, rows) for t in tables]
+        cos, sin = (t[..., None, :] for t in tables)  # one table for every head
+        r = rounder(self.rounding, training)
+        return ops.rotary.rotate_widened(
+            x,
+            cos,
+            sin,
+            self.rotary.interleaved,
+            lambda name, tensor: r(f"{side}_{name}", tensor),
+        )
 
     def _attend(
         self,
@@ -624,6 +677,7 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
                 positions=where,
                 key_positions=where,
                 max_length=max_length,
+                rows=tf.range(length) + tf.cast(index, tf.int32),
             )
         rounding = None
         if self.quantize_cache:  # the int8 cache's one range, in and out
@@ -864,4 +918,44 @@ def _check_heads(name, producer, num_heads):
             name,
             f"a producer of num_heads={num_heads} heads",
             f"{type(producer).__name__}(num_heads={heads})",
+        )
+
+
+def rotary_rounding_problems(rotary, key_dim):
+    """Why `quantize=True` cannot model the int8 rounding of `rotary` ([] if it can).
+
+    It models one table of cos and sin per position on a range known before
+    training: a 1-D position-only type (no length-dependent frequencies,
+    grid, learned frequencies or xPos, whose key scales grow without bound)
+    turning every feature of a head.
+    """
+    problems = []
+    if not rotary.position_only or rotary.learned_frequencies:
+        problems.append(
+            f"rope_type={rotary.rope_type!r}, coordinate_dim="
+            f"{rotary.coordinate_dim}, learned_frequencies="
+            f"{rotary.learned_frequencies} (cos and sin must depend on a 1-D "
+            "position alone)"
+        )
+    if rotary.xpos_scale_base is not None:
+        problems.append(
+            f"xpos_scale_base={rotary.xpos_scale_base} (xPos key scales have no "
+            "fixed range)"
+        )
+    if rotary.rotary_dim not in (None, key_dim):
+        problems.append(
+            f"rotary_dim={rotary.rotary_dim} (must rotate all key_dim={key_dim} "
+            "features)"
+        )
+    return problems
+
+
+def _check_quantized_rotary(rotary, key_dim):
+    problems = rotary_rounding_problems(rotary, key_dim)
+    if problems:
+        _checks.fail(
+            "quantize",
+            "False with a rotary layer whose int8 rounding is not modelled",
+            True,
+            fix="The rotary layer has " + "; ".join(problems),
         )

@@ -252,11 +252,12 @@ SHARED_BIAS_METHODS = tuple(name for name, method in METHODS.items() if method.b
 def rounding_modelled(method):
     """Whether every layer of `method` models its int8 rounding (QAT).
 
-    No rotary products, position generator, recursive blocks or gated and
-    combined inputs yet: their rounding is not modelled.
+    No xPos scales, position generator, recursive blocks or gated and
+    combined inputs yet: their rounding is not modelled (RoPE's is: its
+    products, `RelativeMultiHeadAttention(quantize=True)`).
     """
     return (
-        method.rotary is None
+        "xpos_scale_base" not in (method.rotary or {})
         and method.generator is None
         and not method.recursive
         and not method.combined_input

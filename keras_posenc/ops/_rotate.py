@@ -11,21 +11,46 @@ def rotate(x, cos, sin, interleaved=False):
     (HF, keras-hub): feature `i` pairs with `i + r/2`; interleaved (RoFormer,
     GPT-J): features `2i` and `2i + 1` pair. Features past r pass unchanged.
     Computed as `x * cos' + swap(x) * sin'` with cos and sin widened to r and
-    sin signed: three products and one permutation, a single roll when the
-    shape is static (fastest in graph mode; the TFLite converter lowers it to
-    SLICE + CONCATENATION).
+    sin signed (`rotation_tables`): three products and one permutation, a
+    single roll when the shape is static (fastest in graph mode; the TFLite
+    converter lowers it to SLICE + CONCATENATION).
+    """
+    cos, sin = rotation_tables(cos, sin, interleaved, x.dtype)
+    return rotate_widened(x, cos, sin, interleaved)
+
+
+def rotation_tables(cos, sin, interleaved=False, dtype=tf.float32):
+    """`(cos', sin')` `(..., r)` from cos and sin `(..., r/2)`.
+
+    Each value sits at both features of its pair; sin' carries the sign of
+    the rotation (the first feature of a pair gets -sin).
     """
     half = cos.shape[-1]
-    width = 2 * half
-    rotary = x if x.shape[-1] == width else x[..., :width]
-    cos, sin = tf.cast(cos, x.dtype), tf.cast(sin, x.dtype)
+    cos, sin = tf.cast(cos, dtype), tf.cast(sin, dtype)
     sign = np.tile([-1.0, 1.0], [half, 1]).T  # (2, r/2): first of a pair gets -sin
     if interleaved:
         sign = sign.T
-    sign = tf.constant(sign.reshape(width), x.dtype)
-    rotated = rotary * _widen(cos, interleaved) + _swap_pairs(
-        rotary, half, interleaved
-    ) * (_widen(sin, interleaved) * sign)
+    sign = tf.constant(sign.reshape(2 * half), dtype)
+    return _widen(cos, interleaved), _widen(sin, interleaved) * sign
+
+
+def rotate_widened(x, cos, sin, interleaved=False, rounding=None):
+    """`x * cos' + swap(x) * sin'` on the first r features, tables `(..., r)`.
+
+    `rounding(name, tensor)`, when given, rounds the two products (`"cos"`,
+    `"sin"`) and their sum (`"rotated"`) as an int8 model does
+    (quantization-aware training).
+    """
+    x = tf.convert_to_tensor(x)
+    width = cos.shape[-1]
+    half = width // 2
+    round_ = rounding or (lambda name, tensor: tensor)
+    rotary = x if x.shape[-1] == width else x[..., :width]
+    cos, sin = tf.cast(cos, x.dtype), tf.cast(sin, x.dtype)
+    swapped = _swap_pairs(rotary, half, interleaved)
+    rotated = round_(
+        "rotated", round_("cos", rotary * cos) + round_("sin", swapped * sin)
+    )
     if x.shape[-1] == width:
         return rotated
     return tf.concat([rotated, x[..., width:]], axis=-1)
@@ -36,7 +61,8 @@ def _widen(angles, interleaved):
     if not interleaved:
         return tf.concat([angles, angles], axis=-1)
     pairs = tf.stack([angles, angles], axis=-1)  # (..., r/2, 2)
-    return tf.reshape(pairs, tf.concat([tf.shape(angles)[:-1], [-1]], 0))
+    width = 2 * angles.shape[-1]  # static: the rotation reads it
+    return tf.reshape(pairs, tf.concat([tf.shape(angles)[:-1], [width]], 0))
 
 
 def _swap_pairs(x, half, interleaved):

@@ -47,6 +47,23 @@ def fake_quant_weight(weight):
     return tf.cast(rounded, weight.dtype)
 
 
+def fake_quant_symmetric(x, limit):
+    """`x` rounded to the int8 grid of the fixed range [-limit, limit].
+
+    Narrow (steps -127 .. 127, zero point 0), for tables whose bound is known
+    before training: cos and sin of a rotation. On a constant the converter
+    folds it into the constant's int8 range.
+    """
+    rounded = tf.quantization.fake_quant_with_min_max_args(
+        tf.cast(x, tf.float32),
+        -float(limit),
+        float(limit),
+        num_bits=NUM_BITS,
+        narrow_range=True,
+    )
+    return tf.cast(rounded, x.dtype)
+
+
 def fake_quant_constant(x):
     """A tensor computed from weights alone (a bias table), on its own range.
 

@@ -13,7 +13,11 @@ import math
 import numpy as np
 import tensorflow as tf
 
-from keras_posenc.ops._rotate import rotate  # noqa: F401 (public: ops.rotary.rotate)
+from keras_posenc.ops._rotate import (  # noqa: F401 (public: ops.rotary.*)
+    rotate,
+    rotate_widened,
+    rotation_tables,
+)
 
 
 def default_inverse_frequencies(rotary_dim, max_wavelength=10000.0):

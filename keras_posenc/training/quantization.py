@@ -22,6 +22,7 @@ from keras_posenc.layers.quantized_add import QuantizedAdd
 from keras_posenc.layers.quantized_dense import QuantizedDense
 from keras_posenc.layers.relative_multi_head_attention import (
     RelativeMultiHeadAttention,
+    rotary_rounding_problems,
 )
 from keras_posenc.layers.sinusoidal_position_encoding import (
     SinusoidalPositionEncoding,
@@ -77,7 +78,8 @@ def quantize_model(model):
         raise ValueError(
             "`model` must be built from layers whose int8 rounding is modelled "
             "(TokenEmbedding, SinusoidalPositionEncoding, LearnedPositionEmbedding, "
-            "RelativeMultiHeadAttention without rotary or attention_window, "
+            "RelativeMultiHeadAttention without attention_window, with RoPE "
+            "of 1-D positions or no rotary, "
             "LayerNorm, MeanPooling, Dense, Add, Dropout). "
             f"Received: {'; '.join(problems)}"
         )
@@ -106,13 +108,25 @@ def unsupported_layers(model):
                 "keras.layers.Add for `+`)"
             )
         elif isinstance(operation, RelativeMultiHeadAttention) and (
-            operation.rotary is not None or operation.attention_window is not None
+            _attention_problems(operation)
         ):
-            problems.append(f"{operation.name}: rotary or attention_window")
+            problems.append(
+                f"{operation.name}: " + "; ".join(_attention_problems(operation))
+            )
         elif not isinstance(
             operation, ROUNDING_LAYERS + PASS_THROUGH + tuple(REPLACED)
         ):
             problems.append(f"{operation.name}: {type(operation).__name__}")
+    return problems
+
+
+def _attention_problems(attention):
+    """Why `attention`'s int8 rounding is not modelled ([] if it is)."""
+    problems = []
+    if attention.attention_window is not None:
+        problems.append(f"attention_window={attention.attention_window}")
+    if attention.rotary is not None:
+        problems += rotary_rounding_problems(attention.rotary, attention.key_dim)
     return problems
 
 

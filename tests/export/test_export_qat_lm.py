@@ -13,8 +13,9 @@ from tflite_export.convert import check_integer_ops
 
 keras = tf.keras
 VOCAB = 12
-#: One method trained per Keras mode (each pass ~30 s).
-POSITION = "alibi" if IS_KERAS_3 else "t5"
+#: One method trained per Keras mode (each pass ~30 s): RoPE's rotated,
+#: cached keys in the default Keras, T5's cached bias in Keras 2.
+POSITION = "rope" if IS_KERAS_3 else "t5"
 
 
 def counting(rows, length=17):

@@ -357,25 +357,34 @@ def test_nan_in_padded_tokens_never_reaches_real_tokens(window):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("bias_mode", ["t5"])
+@pytest.mark.parametrize("bias_mode", ["t5", "rope"])
 def test_quantized_layer_checks(bias_mode, tmp_path):
     query = np.random.normal(size=(2, 5, 4)).astype("float32")
     value = np.random.normal(size=(2, 7, 6)).astype("float32")
     table = 1 if bias_mode == "t5" else 0
+    points = 6 if bias_mode == "t5" else 11  # rope: 6 rotary, no scaled_query
     check_layer(
-        lambda **kw: make(bias_mode, quantize=True, **kw),
+        lambda **kw: make_quantized(bias_mode, **kw),
         [query, value],
         tmp_path,
-        num_weights=4 * (2 + 3) + 6 * 3 + table,  # QuantizedDense x4, 6 points
+        num_weights=4 * (2 + 3) + points * 3 + table,  # QuantizedDense x4
         expected_output_shape=(2, 5, 4),
     )
 
 
-def test_quantized_attention_stays_near_float_once_ranges_are_learned():
+def make_quantized(mode, **kwargs):
+    """A quantized layer with a T5 bias, or RoPE ("rope")."""
+    if mode == "rope":
+        return make_rotary(quantize=True, **kwargs)
+    return make(mode, quantize=True, **kwargs)
+
+
+@pytest.mark.parametrize("mode", ["t5", "rope"])
+def test_quantized_attention_stays_near_float_once_ranges_are_learned(mode):
     x = np.random.default_rng(2).normal(size=(4, 6, 8)).astype("float32")
-    float_layer = make("t5")
+    float_layer = make(mode) if mode == "t5" else make_rotary()
     want = float_layer(x).numpy()
-    quantized = make("t5", quantize=True)
+    quantized = make_quantized(mode)
     quantized(x)  # build, then share the float weights
     ranges = ("minimum", "maximum", "batches")
     floats = [
@@ -392,11 +401,26 @@ def test_quantized_attention_stays_near_float_once_ranges_are_learned():
 
 
 @pytest.mark.parametrize(
-    "kwargs",
-    [{"rotary": RotaryEmbedding()}, {"attention_window": 4}],
+    "kwargs, reason",
+    [
+        ({"rotary": RotaryEmbedding(xpos_scale_base=512.0)}, "xpos_scale_base=512"),
+        ({"rotary": RotaryEmbedding(rotary_dim=2)}, "rotary_dim=2 .must rotate all"),
+        (
+            {
+                "rotary": RotaryEmbedding(
+                    rope_type="dynamic",
+                    scaling_factor=2.0,
+                    original_max_position_embeddings=8,
+                )
+            },
+            "rope_type=.dynamic.",
+        ),
+        ({"rotary": RotaryEmbedding(coordinate_dim=2)}, "coordinate_dim=2"),
+        ({"attention_window": 4}, "with `attention_window`"),
+    ],
 )
-def test_quantize_refuses_what_it_does_not_model(kwargs):
-    with pytest.raises(ValueError, match="`quantize` must be False with `rotary`"):
+def test_quantize_refuses_what_it_does_not_model(kwargs, reason):
+    with pytest.raises(ValueError, match=f"`quantize` must be False .*{reason}"):
         RelativeMultiHeadAttention(num_heads=2, key_dim=4, quantize=True, **kwargs)
 
 
@@ -416,14 +440,16 @@ def test_quantize_cache_needs_quantize_and_one_head_size(kwargs):
         )
 
 
-def test_a_quantized_cache_decodes_as_the_sequence_recomputes():
-    """Keys and values on the cache's one range, in training and decoding."""
+@pytest.mark.parametrize("mode", ["t5", "rope"])
+def test_a_quantized_cache_decodes_as_the_sequence_recomputes(mode):
+    """Keys and values on the cache's one range, in training and decoding
+    (RoPE: the rotated keys)."""
     rng = np.random.default_rng(3)
     x = rng.normal(size=(2, 5, 6)).astype("float32")
-    layer = make("t5", quantize=True, quantize_cache=True)
+    layer = make_quantized(mode, quantize_cache=True)
     layer(x, use_causal_mask=True, training=True)  # the ranges of one batch
     full = layer(x, use_causal_mask=True).numpy()
-    cache = tf.zeros((2, 2, 5, 2, 3))
+    cache = tf.zeros((2, 2, 5, 2, layer.key_dim))
     steps = []
     for t in range(5):
         out, cache = layer(x[:, t : t + 1], cache=cache, cache_update_index=t)

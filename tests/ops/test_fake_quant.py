@@ -61,3 +61,41 @@ def test_the_range_starts_from_the_first_batch_then_moves_slowly():
     assert [float(v) for v in first] == [0.0, 3.0]  # widened to hold 0
     second = quantization.moving_range(0.0, 3.0, tf.constant([-2.0, 1.0]), False, 0.9)
     np.testing.assert_allclose([float(v) for v in second], [-0.2, 0.9 * 3.0 + 0.1])
+
+
+def test_a_fixed_symmetric_range_rounds_to_127_steps_of_the_limit():
+    x = np.linspace(-0.7, 0.7, 29).astype("float32")  # past the limit: clamped
+    got = quantization.fake_quant_symmetric(tf.constant(x), 0.5).numpy()
+    step = 0.5 / 127
+    levels = np.clip(np.floor(x / step + 0.5), -127, 127)  # halves round up
+    np.testing.assert_allclose(got, levels * step, atol=1e-6)
+
+
+@pytest.mark.parametrize("interleaved", [False, True])
+def test_rotation_rounds_its_two_products_and_their_sum(interleaved):
+    """`x cos' + swap(x) sin'` with each of the three tensors rounded."""
+    from keras_posenc.ops import rotary
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(2, 3, 4)).astype("float32")
+    angles = rng.uniform(0, 6, (3, 2)).astype("float32")
+    cos, sin = rotary.rotation_tables(tf.cos(angles), tf.sin(angles), interleaved)
+    seen = []
+
+    def rounding(name, tensor):
+        seen.append(name)
+        return tf.round(tensor * 10) / 10
+
+    got = rotary.rotate_widened(x, cos, sin, interleaved, rounding).numpy()
+    # The oracle: pairs (i, i + 2) rotate-half, (2i, 2i + 1) interleaved.
+    pairs = [(0, 1), (2, 3)] if interleaved else [(0, 2), (1, 3)]
+    c, s = np.cos(angles), np.sin(angles)
+    a, b = np.zeros_like(x), np.zeros_like(x)
+    for k, (i, j) in enumerate(pairs):
+        a[..., i], a[..., j] = x[..., i] * c[:, k], x[..., j] * c[:, k]
+        b[..., i], b[..., j] = -x[..., j] * s[:, k], x[..., i] * s[:, k]
+    tenth = lambda v: np.round(v * 10) / 10  # noqa: E731
+    np.testing.assert_allclose(got, tenth(tenth(a) + tenth(b)), atol=1e-6)
+    assert seen == ["cos", "sin", "rotated"]
+    unrounded = rotary.rotate_widened(x, cos, sin, interleaved).numpy()
+    np.testing.assert_allclose(unrounded, a + b, atol=1e-6)

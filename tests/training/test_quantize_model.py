@@ -94,9 +94,9 @@ def test_refuses_layers_whose_rounding_is_not_modelled():
     model = classifier("gated")
     with pytest.raises(ValueError, match="whose int8 rounding is modelled"):
         quantize_model(model)
-    rope = classifier("rope")
-    with pytest.raises(ValueError, match="rotary or attention_window"):
-        quantize_model(rope)
+    xpos = classifier("xpos")
+    with pytest.raises(ValueError, match="attention_0: xpos_scale_base=512.0"):
+        quantize_model(xpos)
 
 
 def test_refuses_a_subclassed_model():
