@@ -1,17 +1,37 @@
-"""Parameter lists whose other values run in `make test` only (marked slow)."""
+"""Parameter lists: which values run in `make check`, and in the Keras 2 pass."""
 
 import pytest
+from layer_checks import PRODUCER_KINDS
+
+from keras_posenc import IS_KERAS_3
 
 
-def fast_only(values, fast):
+def per_kind_in_keras2(values, keep=()):
+    """`values` in the Keras 3 pass; in the Keras 2 pass only one builder
+    method per kind of position producer (`PRODUCER_KINDS`) and `keep`.
+
+    For model-level contracts run once per method (fit, save, cache, pad):
+    each layer's own contract (round trip, masking, mixed precision) runs in
+    both passes in `tests/layers`, so the Keras 2 pass needs one model per
+    kind of producer to meet every layer in a model.
+    """
+    if IS_KERAS_3:
+        return list(values)
+    return [value for value in values if value in PRODUCER_KINDS or value in keep]
+
+
+def fast_only(values, fast, per_kind=False):
     """`values` as pytest parameters, those not in `fast` marked slow.
 
     `make check` then runs one value of each kind (`fast`), and `make test`
-    runs them all.
+    runs them all (with `per_kind`: in the Keras 2 pass, those of
+    `per_kind_in_keras2`).
     """
     unknown = set(fast) - set(values)
     if unknown:
         raise ValueError(f"`fast` must be among `values`. Received: {sorted(unknown)}")
+    if per_kind:
+        values = per_kind_in_keras2(values, keep=fast)
     return [
         value if value in fast else pytest.param(value, marks=pytest.mark.slow)
         for value in values

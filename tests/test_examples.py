@@ -25,7 +25,7 @@ DEMO_FILES = [
     "relative_bias.png",
 ]
 
-if not IS_KERAS_3:  # the Keras 3 pass runs the whole demo (see below)
+if not IS_KERAS_3:  # the demo in Keras 2; the whole demo in Keras 3 is below
 
     @pytest.mark.slow
     def test_digits_demo_writes_model_c_array_and_plots(tmp_path):
@@ -70,8 +70,8 @@ def test_distributed_training_runs():
     assert replicas >= 1 and 0.0 <= accuracy <= 1.0
 
 
-if IS_KERAS_3:  # the script always runs Keras 2 (TF-MOT) in its own process:
-    # once is enough, in the pass with less else to do
+if not IS_KERAS_3:  # the script always runs Keras 2 (TF-MOT) in its own
+    # process: once is enough, in the pass with less else to do
 
     @pytest.mark.slow
     def test_qat_example_writes_a_microcontroller_file(tmp_path):
@@ -170,13 +170,17 @@ README_ROWS = (
     "epochs (early stopping)",
 )
 
-if IS_KERAS_3:  # `make demo` runs the default Keras; Keras 2 draws other weights
-    # (the Keras 2 pass runs the demo's quick form instead)
+if not IS_KERAS_3:  # a fresh process in the default Keras, as `make demo`
+    # runs it: either pass can start it, and the Keras 2 pass has less to do
+    # (it also runs the demo's quick form in Keras 2, above)
 
     @pytest.mark.slow
     def test_the_readme_table_is_what_make_demo_prints(tmp_path):
         """In a fresh process, as `make demo` runs it (layer names, and so the
-        file sizes, depend on what the process built before)."""
+        file sizes, depend on what the process built before), in the default
+        Keras whose numbers the README shows."""
+        environment = dict(os.environ)
+        environment.pop("TF_USE_LEGACY_KERAS", None)
         run = subprocess.run(
             [
                 sys.executable,
@@ -188,6 +192,7 @@ if IS_KERAS_3:  # `make demo` runs the default Keras; Keras 2 draws other weight
             text=True,
             check=True,
             cwd=ROOT,
+            env=environment,
         )
         assert sorted(p.name for p in tmp_path.iterdir()) == DEMO_FILES
         printed = [line for line in run.stdout.splitlines() if line.startswith("| ")]

@@ -142,26 +142,31 @@ def _trained_ranges_input(model, mode, sequence_length):
 
 
 def check_integer_ops(model_bytes):
-    """Raises unless every op of the model computes in integers."""
-    from ai_edge_litert.interpreter import Interpreter
+    """Raises unless every op of every subgraph (each signature of a decoding
+    export: prefill and decode) computes in integers.
 
-    interpreter = Interpreter(model_content=model_bytes)
-    tensors = {t["index"]: t for t in interpreter.get_tensor_details()}
-    floats = sorted(
-        {
-            op["op_name"]
-            for op in interpreter._get_ops_details()
-            if any(
-                np.dtype(tensors[i]["dtype"]).kind == "f"
-                for i in op["outputs"]
-                if i >= 0
-            )
-        }
-    )
+    Read from the flatbuffer, so no interpreter is built: an op whose output
+    tensor is float is a tensor the training left without a fake quantizer.
+    """
+    from tensorflow.lite.python import schema_py_generated as schema
+    from tensorflow.lite.tools import flatbuffer_utils
+
+    model = flatbuffer_utils.convert_bytearray_to_object(bytearray(model_bytes))
+    float_types = {
+        schema.TensorType.FLOAT32,
+        schema.TensorType.FLOAT16,
+        schema.TensorType.FLOAT64,
+    }
+    floats = set()
+    for graph in model.subgraphs:
+        for op in graph.operators:
+            if any(graph.tensors[i].type in float_types for i in op.outputs if i >= 0):
+                floats.add(flatbuffer_utils.opcode_to_name(model, op.opcodeIndex))
     if floats:
         raise ExportError(
             "The quantization-aware model left float ops after conversion "
-            f"({', '.join(floats)}): a tensor it computes has no fake quantizer"
+            f"({', '.join(sorted(floats))}): a tensor it computes has no fake "
+            "quantizer"
         )
 
 

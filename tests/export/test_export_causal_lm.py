@@ -282,9 +282,12 @@ ROTARY_CASES = {
 }
 
 
-#: Keras 2 (the slower pass) converts one case: the same TensorFlow ops.
+#: Every scaling with RoPE; xPos (its scales multiply cos and sin, whatever
+#: the frequencies) with one fixed and one length-dependent scaling. Keras 2
+#: (the slower pass) converts one case: the same TensorFlow ops.
 ROTARY_EXPORTS = (
-    [(p, c) for p in ("rope", "xpos") for c in sorted(ROTARY_CASES)]
+    [("rope", case) for case in sorted(ROTARY_CASES)]
+    + [("xpos", "default"), ("xpos", "dynamic")]
     if IS_KERAS_3
     else [("rope", "dynamic")]
 )

@@ -44,6 +44,18 @@ def trained_qat(position, layers=2):
     return qat
 
 
+def with_a_float_output(model_bytes, subgraph):
+    """The model with the last op of one subgraph made to output float32."""
+    from tensorflow.lite.python import schema_py_generated as schema
+    from tensorflow.lite.tools import flatbuffer_utils
+
+    model = flatbuffer_utils.convert_bytearray_to_object(bytearray(model_bytes))
+    assert len(model.subgraphs) == 2  # prefill and decode
+    graph = model.subgraphs[subgraph]
+    graph.tensors[graph.operators[-1].outputs[0]].type = schema.TensorType.FLOAT32
+    return bytes(flatbuffer_utils.convert_object_to_bytearray(model))
+
+
 @pytest.fixture(scope="module")
 def qat_lm():
     return trained_qat(POSITION)
@@ -73,6 +85,9 @@ def test_the_litert_export_reads_text_as_the_qat_model_does(qat_lm):
     assert report.bits_per_token_litert <= report.bits_per_token_keras * 1.02 + 0.01, (
         report.table()
     )
+    for subgraph in range(2):  # prefill and decode: a float op in either fails
+        with pytest.raises(tflite_export.ExportError, match="left float ops"):
+            check_integer_ops(with_a_float_output(model_bytes, subgraph))
 
 
 @pytest.mark.slow

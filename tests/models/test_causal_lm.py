@@ -41,7 +41,7 @@ def cached_logits(model, x, prefill):
 FAST = ("learned", "t5", "hybrid", "rope")
 
 
-@pytest.mark.parametrize("position", fast_only(POSITION_METHODS, FAST))
+@pytest.mark.parametrize("position", fast_only(POSITION_METHODS, FAST, per_kind=True))
 def test_each_method_is_causal_caches_exactly_and_generates_alike(position):
     """One model per method, three contracts (keras-hub#2861 lost ALiBi here)."""
     model = small(position)
@@ -99,7 +99,7 @@ def test_a_shared_bias_is_every_layer_adding_it_and_caches_exactly(position, tmp
 WINDOWED = ("learned", "t5", "dynamic_bias", "hybrid", "recursive", "rope", "gated")
 
 
-@pytest.mark.parametrize("position", fast_only(WINDOWED, ("t5", "rope")))
+@pytest.mark.parametrize("position", fast_only(WINDOWED, ("t5", "rope"), per_kind=True))
 def test_windowed_caching_and_generation_equal_full_recompute(position):
     model = small(position, attention_window=3)
     x = tokens(length=10)

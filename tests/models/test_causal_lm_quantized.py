@@ -45,7 +45,9 @@ def stepwise(model, x):
     return np.concatenate(logits, axis=1)
 
 
-@pytest.mark.parametrize("position", fast_only(QUANTIZED_METHODS, ("learned",)))
+@pytest.mark.parametrize(
+    "position", fast_only(QUANTIZED_METHODS, ("learned",), per_kind=True)
+)
 def test_a_quantized_lm_decodes_through_its_int8_cache_as_it_recomputes(position):
     model = small(position, num_layers=1, quantize=True)
     x = tokens(length=6)
