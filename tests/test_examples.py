@@ -70,8 +70,8 @@ def test_distributed_training_runs():
     assert replicas >= 1 and 0.0 <= accuracy <= 1.0
 
 
-if not IS_KERAS_3:  # the script always runs Keras 2 (TF-MOT) in its own
-    # process: once is enough, in the pass with less else to do
+if IS_KERAS_3:  # the script always runs Keras 2 (TF-MOT) in its own process:
+    # once is enough, in the pass with less else to do
 
     @pytest.mark.slow
     def test_qat_example_writes_a_microcontroller_file(tmp_path):
