@@ -1,4 +1,6 @@
-"""Argument checks of `RotaryEmbedding`, shared with `utils.set_rope_scaling`."""
+"""Argument checks of `RotaryEmbedding`, shared with `utils.set_rope_scaling`,
+and of a rotary layer inside a quantization-aware attention (shared with
+`training.quantization`)."""
 
 import numbers
 from typing import NamedTuple
@@ -166,3 +168,43 @@ def rotary_width(
             fix="Pass sections=... for an uneven split",
         )
     return r
+
+
+def rotary_rounding_problems(rotary, key_dim):
+    """Why `quantize=True` cannot model the int8 rounding of `rotary` ([] if it can).
+
+    It models one table of cos and sin per position on a range known before
+    training: a 1-D position-only type (no length-dependent frequencies,
+    grid, learned frequencies or xPos, whose key scales grow without bound)
+    turning every feature of a head.
+    """
+    problems = []
+    if not rotary.position_only or rotary.learned_frequencies:
+        problems.append(
+            f"rope_type={rotary.rope_type!r}, coordinate_dim="
+            f"{rotary.coordinate_dim}, learned_frequencies="
+            f"{rotary.learned_frequencies} (cos and sin must depend on a 1-D "
+            "position alone)"
+        )
+    if rotary.xpos_scale_base is not None:
+        problems.append(
+            f"xpos_scale_base={rotary.xpos_scale_base} (xPos key scales have no "
+            "fixed range)"
+        )
+    if rotary.rotary_dim not in (None, key_dim):
+        problems.append(
+            f"rotary_dim={rotary.rotary_dim} (must rotate all key_dim={key_dim} "
+            "features)"
+        )
+    return problems
+
+
+def check_quantized_rotary(rotary, key_dim):
+    problems = rotary_rounding_problems(rotary, key_dim)
+    if problems:
+        _checks.fail(
+            "quantize",
+            "False with a rotary layer whose int8 rounding is not modelled",
+            True,
+            fix="The rotary layer has " + "; ".join(problems),
+        )

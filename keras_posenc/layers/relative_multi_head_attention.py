@@ -22,6 +22,7 @@ from keras_posenc._compat import (
     register,
     serialize_layer,
 )
+from keras_posenc.layers import _rope_checks
 from keras_posenc.layers._rounding import rounder, rounding_points
 from keras_posenc.layers.quantized_dense import QuantizedDense
 from keras_posenc.layers.rotary_embedding import RotaryEmbedding
@@ -212,7 +213,7 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
                 quantize,
             )
         if quantize and rotary is not None:
-            _check_quantized_rotary(rotary, key_dim)
+            _rope_checks.check_quantized_rotary(rotary, key_dim)
         quantize_cache = _checks.boolean("quantize_cache", quantize_cache)
         if quantize_cache and (not quantize or value_dim not in (None, key_dim)):
             _checks.fail(
@@ -728,17 +729,7 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         if self._scale_in_rotation():
             scale *= self._query_scale
         cos, sin = cos * scale, sin * scale
-        if q.shape[1] == 1:  # one token: 4-D tensors only (microcontrollers)
-            turned = ops.rotary.rotate(  # (B, S, N, H)
-                q, cos[0][:, None], sin[0][:, None], self.rotary.interleaved
-            )
-            logits = tf.reduce_sum(turned * keys, axis=-1)  # (B, S, N)
-            return tf.transpose(logits, [0, 2, 1])[:, :, None]
-        turned = ops.rotary.rotate(  # (B, T, S, N, H)
-            q[:, :, None], cos[:, :, None], sin[:, :, None], self.rotary.interleaved
-        )
-        logits = tf.reduce_sum(turned * keys[:, None], axis=-1)  # (B, T, S, N)
-        return tf.transpose(logits, [0, 3, 1, 2])
+        return ops.rotary.turned_logits(q, keys, cos, sin, self.rotary.interleaved)
 
     def _local_context(
         self, inputs, heads, key_mask, query_mask, causal, training, start_index=0
@@ -918,44 +909,4 @@ def _check_heads(name, producer, num_heads):
             name,
             f"a producer of num_heads={num_heads} heads",
             f"{type(producer).__name__}(num_heads={heads})",
-        )
-
-
-def rotary_rounding_problems(rotary, key_dim):
-    """Why `quantize=True` cannot model the int8 rounding of `rotary` ([] if it can).
-
-    It models one table of cos and sin per position on a range known before
-    training: a 1-D position-only type (no length-dependent frequencies,
-    grid, learned frequencies or xPos, whose key scales grow without bound)
-    turning every feature of a head.
-    """
-    problems = []
-    if not rotary.position_only or rotary.learned_frequencies:
-        problems.append(
-            f"rope_type={rotary.rope_type!r}, coordinate_dim="
-            f"{rotary.coordinate_dim}, learned_frequencies="
-            f"{rotary.learned_frequencies} (cos and sin must depend on a 1-D "
-            "position alone)"
-        )
-    if rotary.xpos_scale_base is not None:
-        problems.append(
-            f"xpos_scale_base={rotary.xpos_scale_base} (xPos key scales have no "
-            "fixed range)"
-        )
-    if rotary.rotary_dim not in (None, key_dim):
-        problems.append(
-            f"rotary_dim={rotary.rotary_dim} (must rotate all key_dim={key_dim} "
-            "features)"
-        )
-    return problems
-
-
-def _check_quantized_rotary(rotary, key_dim):
-    problems = rotary_rounding_problems(rotary, key_dim)
-    if problems:
-        _checks.fail(
-            "quantize",
-            "False with a rotary layer whose int8 rounding is not modelled",
-            True,
-            fix="The rotary layer has " + "; ".join(problems),
         )

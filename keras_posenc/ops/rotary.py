@@ -249,3 +249,24 @@ def xpos_scale(rotary_dim, positions, scale_base, gamma=0.4):
     zeta = (np.arange(0, rotary_dim, 2) / rotary_dim + gamma) / (1 + gamma)
     exponent = tf.cast(positions, tf.float32)[..., None] / scale_base  # (..., T, 1)
     return tf.exp(exponent * tf.constant(np.log(zeta), tf.float32))
+
+
+def turned_logits(q, keys, cos, sin, interleaved=False):
+    """Logits `(B, N, T, S)` of queries turned by their distance to each key.
+
+    `q` `(B, T, N, H)` unturned queries, `keys` `(B, S, N, H)` unturned keys,
+    `cos`, `sin` `(T, S, r/2)` of the distances `i - j` (scaled as the
+    logits need): rotations compose, `R_i q . R_j k = R_(i-j) q . k`, so the
+    keys are only read. One query token uses 4-D tensors only
+    (microcontrollers).
+    """
+    if q.shape[1] == 1:
+        turned = rotate(q, cos[0][:, None], sin[0][:, None], interleaved)
+        # turned: (B, S, N, H)
+        logits = tf.reduce_sum(turned * keys, axis=-1)  # (B, S, N)
+        return tf.transpose(logits, [0, 2, 1])[:, :, None]
+    turned = rotate(  # (B, T, S, N, H)
+        q[:, :, None], cos[:, :, None], sin[:, :, None], interleaved
+    )
+    logits = tf.reduce_sum(turned * keys[:, None], axis=-1)  # (B, T, S, N)
+    return tf.transpose(logits, [0, 3, 1, 2])

@@ -14,6 +14,7 @@ representative dataset. `tflite_export.quantize_aware` is the public door.
 import tensorflow as tf
 
 from keras_posenc._compat import keras
+from keras_posenc.layers._rope_checks import rotary_rounding_problems
 from keras_posenc.layers.activation_range import ActivationRange
 from keras_posenc.layers.layer_norm import LayerNorm
 from keras_posenc.layers.learned_position_embedding import LearnedPositionEmbedding
@@ -22,7 +23,6 @@ from keras_posenc.layers.quantized_add import QuantizedAdd
 from keras_posenc.layers.quantized_dense import QuantizedDense
 from keras_posenc.layers.relative_multi_head_attention import (
     RelativeMultiHeadAttention,
-    rotary_rounding_problems,
 )
 from keras_posenc.layers.sinusoidal_position_encoding import (
     SinusoidalPositionEncoding,
