@@ -238,8 +238,8 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         self.quantize = quantize
         self.quantize_cache = quantize_cache
         points = ROUNDING_POINTS + ((CACHE_POINT,) if quantize_cache else ())
-        if rotary is not None:
-            points = ROTARY_POINTS + points[1:]  # no scaled_query
+        if rotary is not None:  # the rotation scales the queries
+            points = ROTARY_POINTS + tuple(p for p in points if p != "scaled_query")
         self.rounding = rounding_points(self, points, quantize)
         self.supports_masking = True
         self._dropout_layer = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
