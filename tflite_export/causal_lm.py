@@ -24,9 +24,10 @@ from keras_posenc.models import CausalLM
 from keras_posenc.ops.cache import static_decoding
 from keras_posenc.ops.rotary import ROPE_TYPES
 from keras_posenc.utils import nested_layers
-from tflite_export.contract import device_contract, name_tensors
+from tflite_export.contract import device_contract
 from tflite_export.convert import ExportError, check_integer_ops
 from tflite_export.integer_islands import integer_update_slices
+from tflite_export.tensor_names import name_tensors
 
 #: Where a causal LM runs: LiteRT (phones) or TFLM (microcontrollers).
 TARGETS = ("litert", "tflm")

@@ -11,7 +11,7 @@ import tensorflow as tf
 
 from keras_posenc.models import build_causal_lm
 from tflite_export import convert_causal_lm, device_contract, generate_tflite
-from tflite_export.contract import name_tensors
+from tflite_export.tensor_names import name_tensors
 
 pytest.importorskip("ai_edge_litert", reason="needs ai-edge-litert (LiteRT)")
 
