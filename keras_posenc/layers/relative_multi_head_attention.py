@@ -575,6 +575,13 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
             rotated.append(ops.rotary.rotate(x, cos, sin, self.rotary.interleaved))
         return rotated
 
+    def _table_rows(self, length, index):
+        """Integer rows `index .. index + T - 1` of the quantized rotation
+        tables (None without `quantize`: the float path reads positions)."""
+        if not self.quantize:
+            return None
+        return tf.range(length) + tf.cast(index, tf.int32)
+
     def _rotate_rounded(self, x, where, side, max_length, rows, training):
         """`_rotate` of one side as the int8 model computes it (`quantize`).
 
@@ -678,7 +685,7 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
                 positions=where,
                 key_positions=where,
                 max_length=max_length,
-                rows=tf.range(length) + tf.cast(index, tf.int32),
+                rows=self._table_rows(length, index),
             )
         rounding = None
         if self.quantize_cache:  # the int8 cache's one range, in and out
