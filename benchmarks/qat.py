@@ -127,7 +127,10 @@ def _lm_run(quick, seeds):
     methods = ("alibi", "rope") if quick else LM_METHODS
     rows = []
     for position in methods:
-        runs = [_lm_one(position, seed, data, quick) for seed in seeds]
+        runs = []
+        for seed in seeds:  # each run printed as it ends (a run is minutes)
+            runs.append(_lm_one(position, seed, data, quick))
+            print(f"qat_lm {position} seed {seed}: {runs[-1]}", flush=True)
         column = {key: [run[key] for run in runs] for key in runs[0]}
         loss = [
             (q / f - 1.0) * 100 if q is not None else None
