@@ -11,7 +11,7 @@ export TF_CPP_MIN_LOG_LEVEL ?= 3
 $(STAMP): setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[all,dev]'
+	$(PY) -m pip install --quiet -e '.[all,dev,bench]'
 	touch $(STAMP)
 
 install: $(STAMP)
