@@ -70,12 +70,13 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
     `_compute_attention`, which takes heads-last `(B, T, N, H)`: the
     block-local band folds heads with blocks, so heads-first is the one
     layout every path (dense, cached, block-local) can hand an override.
-    The layer's own computation is the same softmax on the heads-last
-    layout (einsums, no transposes); an override replaces it on every path.
+    The layer's own computation is the same softmax, from the projections'
+    heads-last layout (`ops.attention.head_logits` / `head_context`); an
+    override replaces it on every path.
 
-    Built from Dense projections, reshapes and einsums on the heads-last
-    `(B, T, N, H)` layout of Keras' layer (no GELU); the TFLite converter
-    lowers the einsums to BATCH_MATMUL and TRANSPOSE, so with static shapes
+    Built from Dense projections, reshapes, transposes of the heads and
+    batched matmuls (no GELU); the TFLite converter keeps them as
+    BATCH_MATMUL and TRANSPOSE, so with static shapes
     it exports to full-int8 TFLite and runs on microcontrollers. Keras masks work as in
     `keras.layers.MultiHeadAttention`; a fully masked row gives finite output.
 
@@ -429,7 +430,7 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         """Heads-last query, key, value `(B, T|S, N, H)`; queries scaled by 1/sqrt(H).
 
         Heads stay where the projection puts them (as in Keras'
-        `MultiHeadAttention`): no transpose, which XLA cannot fuse away. When
+        `MultiHeadAttention`); only the logits and the context move them. When
         a rotary layer rotates every feature, `rotate` scales the queries
         (on their cos and sin, `(T, r/2)`, one product fewer per call).
         """
@@ -487,8 +488,9 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
     def _heads_attention(self, q, k, v, bias=None, mask=None, training=None):
         """Heads-last `(B, T, N, H)` in, context `(B, T, N, Hv)` and weights out.
 
-        Einsums on the projections' own layout unless a subclass overrides
-        `compute_attention`, which then gets heads-first `(B, N, T, H)`.
+        `head_logits` / `head_context` on the projections' own layout unless a
+        subclass overrides `compute_attention`, which then gets heads-first
+        `(B, N, T, H)`.
         """
         if (
             type(self).compute_attention
@@ -500,10 +502,10 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
             )
             return swap(context), weights
         r = rounder(self.rounding, training)
-        logits = r("logits", tf.einsum("btnh,bsnh->bnts", q, k))
+        logits = r("logits", ops.attention.head_logits(q, k))
         weights = self._weights(logits, bias, mask, training)
         dropped = self._dropout_layer(weights, training=training)
-        return r("context", tf.einsum("bnts,bsnh->btnh", dropped, v)), weights
+        return r("context", ops.attention.head_context(dropped, v)), weights
 
     def _weights(self, logits, bias, mask, training=None):
         """Float32 softmax of `logits + bias` over the keys, masked."""
@@ -702,7 +704,7 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         if late and ops.cache.is_static():  # an export: the cache stays untouched
             logits = self._turned_logits(q, keys, where, index + length)
             weights = self._weights(logits, bias, mask)
-            context = tf.einsum("bnts,bsnh->btnh", weights, values)
+            context = ops.attention.head_context(weights, values)
             return self._merge(context), cache
         if late:  # every key turned at the current length
             current = tf.cast(index + length, tf.float32)
