@@ -107,19 +107,45 @@ def swap_heads(x):
 def head_logits(q, k):
     """`Q K^T` per head: heads-last `(B, T, N, H)`, `(B, S, N, H)` -> `(B, N, T, S)`.
 
-    Two transposes of the small heads and one batched matmul, as Keras 3's
-    own `ops.einsum` lowers this contraction, not TensorFlow's Einsum op: in
-    graph mode on the CPU the whole attention's forward+backward is 7-9%
-    faster so (measured against Keras' layer, B=8 T=512 D=256 N=8; the peer
-    table `benchmarks/results/speed_peers.md`). XLA and the TFLite converter
-    see the same batched matmul either way.
+    Traced for XLA (`jit_compile=True`, and Keras 3's default `fit`), one
+    Einsum, which XLA turns into a dot with the heads as batch axes; in a
+    plain graph (and for the TFLite converter), two transposes of the small
+    heads and one batched matmul, as Keras 3's own `ops.einsum` lowers it:
+    TensorFlow's Einsum kernel is slower there. Each form is 8-10% faster
+    forward+backward in its own mode than the other (B=4 T=256 D=128 N=8
+    and B=8 T=512 D=256 N=8; `benchmarks/results/speed_attention.md`).
     """
+    if in_xla():
+        return tf.einsum("btnh,bsnh->bnts", q, k)
     return tf.matmul(swap_heads(q), swap_heads(k), transpose_b=True)
 
 
 def head_context(weights, v):
-    """Weights `(B, N, T, S)` times values `(B, S, N, Hv)`: `(B, T, N, Hv)`."""
+    """Weights `(B, N, T, S)` times values `(B, S, N, Hv)`: `(B, T, N, Hv)`.
+
+    The same two forms as `head_logits`.
+    """
+    if in_xla():
+        return tf.einsum("bnts,bsnh->btnh", weights, v)
     return swap_heads(tf.matmul(weights, swap_heads(v)))
+
+
+def in_xla():
+    """Whether the function being traced is compiled by XLA.
+
+    `tf.function(jit_compile=True)` traces inside an XLA context; TensorFlow
+    says so only through `control_flow_util` (not a public module: without
+    it, the plain-graph form is used everywhere, which is correct, only
+    slower under XLA).
+    """
+    if not tf.inside_function():
+        return False
+    try:
+        from tensorflow.python.ops import control_flow_util
+    except ImportError:  # pragma: no cover - a TensorFlow without the module
+        return False
+    graph = tf.compat.v1.get_default_graph()
+    return bool(control_flow_util.GraphOrParentsInXlaContext(graph))
 
 
 def split_heads(x, num_heads):

@@ -1,5 +1,6 @@
 import numpy as np
 import pytest
+import tensorflow as tf
 from oracles import sinusoid_oracle, t5_bucket_oracle
 
 from keras_posenc import ops
@@ -144,3 +145,25 @@ def test_toeplitz_and_its_gradient_match_numpy(length, keys, block, monkeypatch)
         out, grad = run(tf.constant(row))
         np.testing.assert_allclose(out.numpy(), row[:, distance], rtol=1e-6)
         np.testing.assert_allclose(grad.numpy(), want_grad, rtol=1e-5, atol=1e-5)
+
+
+def test_head_products_take_each_modes_faster_form_with_one_answer():
+    """An Einsum traced for XLA, transposes and a batched matmul otherwise."""
+    q = tf.random.stateless_normal((2, 5, 3, 4), seed=(0, 1))
+    k = tf.random.stateless_normal((2, 7, 3, 4), seed=(0, 2))
+    w = tf.nn.softmax(tf.random.stateless_normal((2, 3, 5, 7), seed=(0, 3)))
+    want_logits = np.einsum("btnh,bsnh->bnts", q, k)
+    want_context = np.einsum("bnts,bsnh->btnh", w, k)
+    assert not ops.attention.in_xla()  # eager
+    for jit, op_type in ((False, "BatchMatMulV2"), (True, "Einsum")):
+
+        def both(q, k, w):
+            return ops.attention.head_logits(q, k), ops.attention.head_context(w, k)
+
+        step = tf.function(both, jit_compile=jit)
+        graph = step.get_concrete_function(q, k, w).graph
+        types = [op.type for op in graph.get_operations()]
+        assert op_type in types and {"Einsum", "BatchMatMulV2"} - {op_type} - set(types)
+        logits, context = step(q, k, w)
+        np.testing.assert_allclose(logits, want_logits, atol=1e-5)
+        np.testing.assert_allclose(context, want_context, atol=1e-5)
