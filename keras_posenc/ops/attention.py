@@ -111,7 +111,7 @@ def head_logits(q, k):
     Einsum, which XLA turns into a dot with the heads as batch axes; in a
     plain graph (and for the TFLite converter), two transposes of the small
     heads and one batched matmul, as Keras 3's own `ops.einsum` lowers it:
-    TensorFlow's Einsum kernel is slower there. Each form is 8-10% faster
+    TensorFlow's Einsum kernel is slower there. Each form is 8-13% faster
     forward+backward in its own mode than the other (B=4 T=256 D=128 N=8
     and B=8 T=512 D=256 N=8; `benchmarks/results/speed_attention.md`).
     """
