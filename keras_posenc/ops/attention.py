@@ -107,7 +107,7 @@ def swap_heads(x):
 def head_logits(q, k):
     """`Q K^T` per head: heads-last `(B, T, N, H)`, `(B, S, N, H)` -> `(B, N, T, S)`.
 
-    Traced for XLA (`jit_compile=True`, and Keras 3's default `fit`), one
+    Traced for XLA (`jit_compile=True` in `tf.function` or `compile`), one
     Einsum, which XLA turns into a dot with the heads as batch axes; in a
     plain graph (and for the TFLite converter), two transposes of the small
     heads and one batched matmul, as Keras 3's own `ops.einsum` lowers it:
