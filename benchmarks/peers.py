@@ -128,6 +128,10 @@ def _hub_layers():
 
 def pair(method, heads, key_dim, width, use_bias):
     """`(ours, theirs)` for `method` (a key of `METHODS`), unbuilt."""
+    if method not in METHODS:
+        raise ValueError(
+            f"`method` must be one of {tuple(METHODS)}. Received: {method!r}"
+        )
     hub_t5, hub_alibi, hub_rotary = _hub_layers()
     mine = dict(num_heads=heads, key_dim=key_dim, use_bias=use_bias)
     theirs = dict(num_heads=heads, key_dim=key_dim, use_bias=use_bias)
@@ -148,10 +152,8 @@ def pair(method, heads, key_dim, width, use_bias):
         bias = RelativePositionBias(heads, "alibi", bidirectional=False)
         ours = CausalCall(RelativeMultiHeadAttention(position_bias=bias, **mine))
         return ours, CausalCall(hub_alibi(**theirs), flag=False)
-    if method == "rope":
-        ours = RelativeMultiHeadAttention(rotary=RotaryEmbedding(), **mine)
-        return ours, hub_rotary(**theirs)
-    raise ValueError(f"`method` must be one of {METHODS}. Received: {method!r}")
+    ours = RelativeMultiHeadAttention(rotary=RotaryEmbedding(), **mine)  # rope
+    return ours, hub_rotary(**theirs)
 
 
 #: The methods with a peer, and whether the peer has projection biases.

@@ -113,7 +113,7 @@ def head_logits(q, k):
     heads and one batched matmul, as Keras 3's own `ops.einsum` lowers it:
     TensorFlow's Einsum kernel is slower there. Each form is 8-13% faster
     forward+backward in its own mode than the other (B=4 T=256 D=128 N=8
-    and B=8 T=512 D=256 N=8; `benchmarks/results/speed_attention.md`).
+    and B=8 T=512 D=256 N=8; `docs/measurements.md`, attention rows).
     """
     if in_xla():
         return tf.einsum("btnh,bsnh->bnts", q, k)
