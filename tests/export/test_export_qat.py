@@ -4,7 +4,6 @@ import tensorflow as tf
 
 import tflite_export
 from keras_posenc import IS_KERAS_3, models
-from keras_posenc.data import recipes
 from keras_posenc.training.quantization import QUANTIZED_METHODS
 from tflite_export.convert import check_integer_ops
 from tflite_export.qat import weight_owners
@@ -39,34 +38,6 @@ def test_weight_owners_cover_nested_kernels():
         ["query", "key", "value", "attention_output"] * 2
         + ["position_hidden", "position_output"]
     )
-
-
-if not IS_KERAS_3:  # TF-MOT runs in Keras 2 only; the package's own QAT of a
-    # float-features model is held in the Keras 3 pass by the float-input
-    # test below and `tests/test_readme.py` (the README's QAT snippet).
-
-    @pytest.mark.slow
-    def test_tfmot_digits_int8_within_one_point_of_float():
-        """TF-MOT QAT of `hybrid` on digits: float features in."""
-        (train_x, train_y), (test_x, test_y) = recipes.digits_data()
-        keras.utils.set_random_seed(0)
-        model = recipes.digits_classifier("hybrid", hidden_dim=32)
-        model.fit(train_x, train_y, epochs=25, batch_size=32, verbose=0)
-        float_accuracy = model.evaluate(test_x, test_y, verbose=0)[1]
-        # QAT fine-tuning at a tenth of the learning rate.
-        model = recipes.compile_classifier(
-            tflite_export.quantize_aware(model, engine="tfmot"), learning_rate=2e-4
-        )
-        model.fit(train_x, train_y, epochs=5, batch_size=32, verbose=0)
-        # TF-MOT leaves tensors unranged: the converter needs data.
-        model_bytes = tflite_export.convert(model, train_x, mode="int8")
-        report = tflite_export.verify(model_bytes, None, test_x, test_y)
-        assert report.tflm_ok, report.tflm_error
-        assert report.accuracy_litert >= float_accuracy - 0.01, (
-            report.accuracy_litert,
-            float_accuracy,
-        )
-        assert report.accuracy_tflm >= float_accuracy - 0.01
 
 
 def lookup_task(rows, seed):
