@@ -6,6 +6,7 @@ from keras_posenc.layers.combined_position_input import (
     combined_attention_input,
 )
 from keras_posenc.layers.dynamic_position_bias import DynamicPositionBias
+from keras_posenc.layers.fire_bias import FireBias
 from keras_posenc.layers.gated_position_fusion import (
     GatedPositionFusion,
     gated_position_fusion,
@@ -13,6 +14,7 @@ from keras_posenc.layers.gated_position_fusion import (
 from keras_posenc.layers.hierarchical_position_network import (
     HierarchicalPositionNetwork,
 )
+from keras_posenc.layers.kerple_bias import KerpleBias
 from keras_posenc.layers.layer_norm import LayerNorm
 from keras_posenc.layers.learned_position_embedding import LearnedPositionEmbedding
 from keras_posenc.layers.mean_pooling import MeanPooling
@@ -33,8 +35,10 @@ __all__ = [
     "ActivationRange",
     "CombinedPositionInput",
     "DynamicPositionBias",
+    "FireBias",
     "GatedPositionFusion",
     "HierarchicalPositionNetwork",
+    "KerpleBias",
     "LayerNorm",
     "LearnedPositionEmbedding",
     "MeanPooling",

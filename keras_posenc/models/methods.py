@@ -10,7 +10,9 @@ import dataclasses
 
 from keras_posenc import _checks
 from keras_posenc.layers.dynamic_position_bias import DynamicPositionBias
+from keras_posenc.layers.fire_bias import FireBias
 from keras_posenc.layers.gated_position_fusion import GatedPositionFusion
+from keras_posenc.layers.kerple_bias import KerpleBias
 from keras_posenc.layers.learned_position_embedding import LearnedPositionEmbedding
 from keras_posenc.layers.relative_position_bias import RelativePositionBias
 from keras_posenc.layers.rotary_embedding import RotaryEmbedding
@@ -31,8 +33,9 @@ class PositionMethod:
             token embeddings: `"sinusoidal"`, `"learned"` or `"gated"`
             (sinusoids fused with a learned relative table by a gate).
         bias: str or None, the bias producer of every attention:
-            `"relative"` (`RelativePositionBias`) or `"dynamic"`
-            (`DynamicPositionBias`).
+            `"relative"` (`RelativePositionBias`), `"dynamic"`
+            (`DynamicPositionBias`), `"kerple"` (`KerpleBias`) or `"fire"`
+            (`FireBias`).
         bias_arguments: dict, fixed constructor arguments of the bias.
         bias_needs_grid: bool, the bias is added only with `grid_shape`.
         generator: str or None, the `position_features` of a
@@ -145,7 +148,14 @@ INPUT_POSITIONS = {"sinusoidal": _sinusoidal, "learned": _learned, "gated": _gat
 
 
 #: The bias producers a method may give every attention, by name.
-BIASES = {"relative": RelativePositionBias, "dynamic": DynamicPositionBias}
+BIASES = {
+    "relative": RelativePositionBias,
+    "dynamic": DynamicPositionBias,
+    "kerple": KerpleBias,
+    "fire": FireBias,
+}
+#: The producers that take `bidirectional` (a causal stack sets it False).
+DIRECTED_BIASES = ("relative", "kerple", "fire")
 
 
 def _clipped_default(max_length):
@@ -238,6 +248,18 @@ METHODS = {
     "xpos": PositionMethod(
         rotary={"xpos_scale_base": 512.0},
         options={**_ROTARY, "xpos_scale_base": "rotary"},
+    ),
+    "kerple": PositionMethod(
+        bias="kerple", options={"kernel": "bias", "bidirectional": "bias"}
+    ),
+    "fire": PositionMethod(
+        bias="fire",
+        options={
+            "hidden_dim": "bias",
+            "bidirectional": "bias",
+            "initial_threshold": "bias",
+            "kernel_initializer": "bias",
+        },
     ),
     "gated": PositionMethod(
         input_positions="gated",

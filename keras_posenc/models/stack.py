@@ -29,6 +29,7 @@ from keras_posenc.layers.sinusoidal_position_encoding import (
     SinusoidalPositionEncoding,
 )
 from keras_posenc.models.methods import (
+    DIRECTED_BIASES,
     METHODS,
     QUANTIZED_METHODS,
     SHARED_BIAS_METHODS,
@@ -107,7 +108,7 @@ class TransformerStack:
             parts["sinusoid"]["quantize"] = parts["learned"]["quantize"] = True
         if causal:
             _refuse_lookahead(parts, position, position_options)
-            if method.bias == "relative":
+            if method.bias in DIRECTED_BIASES:
                 parts["bias"]["bidirectional"] = False
         self.method, self.causal, self.num_layers = method, causal, layers
         self.absolute = method.input_layers(parts, max_length, causal)

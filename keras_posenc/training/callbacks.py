@@ -3,10 +3,12 @@
 from keras_posenc import _checks
 from keras_posenc._compat import keras
 from keras_posenc.layers.dynamic_position_bias import DynamicPositionBias
+from keras_posenc.layers.fire_bias import FireBias
 from keras_posenc.layers.gated_position_fusion import GatedPositionFusion
 from keras_posenc.layers.hierarchical_position_network import (
     HierarchicalPositionNetwork,
 )
+from keras_posenc.layers.kerple_bias import KerpleBias
 from keras_posenc.layers.learned_position_embedding import LearnedPositionEmbedding
 from keras_posenc.layers.recursive_position_update import RecursivePositionUpdate
 from keras_posenc.layers.relative_position_bias import RelativePositionBias
@@ -18,6 +20,8 @@ POSITION_GENERATORS = (
     DynamicPositionBias,
     GatedPositionFusion,
     RelativePositionBias,
+    KerpleBias,
+    FireBias,
     LearnedPositionEmbedding,
 )
 
