@@ -28,6 +28,7 @@ BENCHMARKS = {
     "accuracy": accuracy,
     "rope": rope,
     "lm": lm,
+    "lm_content": SimpleNamespace(run=lm.run_content),
     "lm_edge": lm_edge,
     "qat": qat,  # both parts; each alone:
     "qat_digits": SimpleNamespace(run=qat.run_digits),

@@ -25,7 +25,11 @@ from keras_posenc.ops.cache import static_decoding
 from keras_posenc.ops.rotary import ROPE_TYPES
 from keras_posenc.utils import nested_layers
 from tflite_export.contract import device_contract
-from tflite_export.convert import ExportError, check_integer_ops
+from tflite_export.convert import (
+    ExportError,
+    check_integer_ops,
+    refuse_float_only_layers,
+)
 from tflite_export.integer_islands import integer_update_slices
 from tflite_export.tensor_names import name_tensors
 
@@ -130,6 +134,8 @@ def convert_causal_lm(
                     "when decoding, and TFLM's EXP kernel is float-only (an int8 "
                     "EXP fails to prepare); export it with target='litert'"
                 )
+    if mode != "float32":
+        refuse_float_only_layers(model, mode)
     trained_ranges = calibration_ids is None
     if trained_ranges:
         if not model.get_config().get("quantize"):

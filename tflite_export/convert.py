@@ -59,6 +59,8 @@ def convert(model, representative_data, mode="int8", sequence_length=None):
         data = check_representative_data(model, representative_data, sequence_length)
         shape, dtype = data.shape[1:], data.dtype
     blockers = microcontroller_blockers(model)
+    if mode != "float32":
+        refuse_float_only_layers(model, mode)
     if blockers:
         raise ExportError(
             "The model is not microcontroller-ready: "
@@ -235,6 +237,31 @@ def static_model(model, input_shape, dtype):
     """`model` behind an input with batch 1 and a fixed length."""
     inputs = keras.Input(tuple(input_shape), batch_size=1, dtype=np.dtype(dtype).name)
     return keras.Model(inputs, model(inputs), name=f"{model.name}_static")
+
+
+def integer_blockers(model):
+    """`[(layer name, reason)]` for layers whose ops have no integer kernels."""
+    return [
+        (
+            layer.name,
+            "the forgetting gate's log-sigmoid needs LOG and its running sum "
+            "CUMSUM, which TFLM runs in float only (desktop TFLite has no int8 "
+            "CUMSUM at all); convert it with mode='float32' (it runs in LiteRT "
+            "and TFLM), or use position='alibi' for a fixed decay at int8",
+        )
+        for layer in nested_layers(model)
+        if isinstance(layer, keras_posenc.layers.ForgettingGate)
+    ]
+
+
+def refuse_float_only_layers(model, mode):
+    """`ExportError` naming every `integer_blockers` layer (int8 or 16x8 modes)."""
+    blockers = integer_blockers(model)
+    if blockers:
+        raise ExportError(
+            f"mode={mode!r} needs integer kernels that these layers lack: "
+            + "; ".join(f"{name}: {reason}" for name, reason in blockers)
+        )
 
 
 def microcontroller_blockers(model):

@@ -7,6 +7,7 @@ from keras_posenc.layers.combined_position_input import (
 )
 from keras_posenc.layers.dynamic_position_bias import DynamicPositionBias
 from keras_posenc.layers.fire_bias import FireBias
+from keras_posenc.layers.forgetting_gate import ForgettingGate
 from keras_posenc.layers.gated_position_fusion import (
     GatedPositionFusion,
     gated_position_fusion,
@@ -36,6 +37,7 @@ __all__ = [
     "CombinedPositionInput",
     "DynamicPositionBias",
     "FireBias",
+    "ForgettingGate",
     "GatedPositionFusion",
     "HierarchicalPositionNetwork",
     "KerpleBias",

@@ -14,10 +14,16 @@ from keras_posenc.models.encoder import (
     build_encoder,
     build_token_classifier,
 )
-from keras_posenc.models.methods import METHODS, SHARED_BIAS_METHODS, PositionMethod
+from keras_posenc.models.methods import (
+    LOCAL_METHODS,
+    METHODS,
+    SHARED_BIAS_METHODS,
+    PositionMethod,
+)
 from keras_posenc.models.stack import TransformerStack
 
 __all__ = [
+    "LOCAL_METHODS",
     "METHODS",
     "POSITION_METHODS",
     "RELATIVE_METHODS",

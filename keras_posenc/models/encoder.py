@@ -21,6 +21,7 @@ RELATIVE_METHODS = tuple(
     if (method.bias and not method.bias_needs_grid)
     or method.recursive
     or method.rotary is not None
+    or method.forgetting_gate
 )
 
 

@@ -11,6 +11,7 @@ import dataclasses
 from keras_posenc import _checks
 from keras_posenc.layers.dynamic_position_bias import DynamicPositionBias
 from keras_posenc.layers.fire_bias import FireBias
+from keras_posenc.layers.forgetting_gate import ForgettingGate
 from keras_posenc.layers.gated_position_fusion import GatedPositionFusion
 from keras_posenc.layers.kerple_bias import KerpleBias
 from keras_posenc.layers.learned_position_embedding import LearnedPositionEmbedding
@@ -21,7 +22,16 @@ from keras_posenc.layers.sinusoidal_position_encoding import (
 )
 
 #: Where a position option goes: the constructor of that part's layer.
-PARTS = ("sinusoid", "learned", "fusion", "bias", "generator", "block", "rotary")
+PARTS = (
+    "sinusoid",
+    "learned",
+    "fusion",
+    "bias",
+    "generator",
+    "block",
+    "rotary",
+    "gate",
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,6 +55,8 @@ class PositionMethod:
         combined_input: bool, the first attention reads `[x, sinusoid(x)]`.
         rotary: dict or None, fixed `RotaryEmbedding` arguments: every
             attention rotates its queries and keys (axial over `grid_shape`).
+        forgetting_gate: bool, every attention gets the decay bias of a
+            `ForgettingGate` on its input (a cache state when decoding).
         options: dict, `{option: part}` for the `position_options` taken.
         defaults: callable `max_length -> dict` of default options.
     """
@@ -58,6 +70,7 @@ class PositionMethod:
     recursive: bool = False
     combined_input: bool = False
     rotary: dict = None
+    forgetting_gate: bool = False
     options: dict = dataclasses.field(default_factory=dict)
     defaults: object = None
 
@@ -107,6 +120,13 @@ class PositionMethod:
         if grid_shape:
             arguments.update(coordinate_dim=len(grid_shape), grid_shape=grid_shape)
         return RotaryEmbedding(name=f"rotary_{index}", **arguments)
+
+    def gate_layer(self, num_heads, index, parts):
+        """The `ForgettingGate` of attention `index`, or None."""
+        if not self.forgetting_gate:
+            return None
+        name = f"forgetting_gate_{index}"
+        return ForgettingGate(num_heads, name=name, **parts["gate"])
 
     def bias_layer(self, num_heads, index, grid_shape, parts):
         """The bias producer of attention `index`, or None."""
@@ -261,12 +281,25 @@ METHODS = {
             "kernel_initializer": "bias",
         },
     ),
+    "fox": PositionMethod(
+        forgetting_gate=True,
+        options={
+            "bidirectional": "gate",
+            "initial_bias": "gate",
+            "kernel_initializer": "gate",
+        },
+    ),
     "gated": PositionMethod(
         input_positions="gated",
         options={**_SINUSOID, "max_distance": "fusion"},
         defaults=_clipped_default,
     ),
 }
+#: Methods that run block-local (`attention_window`): all but the forgetting
+#: gate, whose bias is a dense per-example `(B, N, T, T)`.
+LOCAL_METHODS = tuple(
+    name for name, method in METHODS.items() if not method.forgetting_gate
+)
 #: Methods whose attentions can share one bias (`share_position_bias=True`).
 SHARED_BIAS_METHODS = tuple(name for name, method in METHODS.items() if method.bias)
 
@@ -274,8 +307,8 @@ SHARED_BIAS_METHODS = tuple(name for name, method in METHODS.items() if method.b
 def rounding_modelled(method):
     """Whether every layer of `method` models its int8 rounding (QAT).
 
-    No xPos scales, position generator, recursive blocks or gated and
-    combined inputs yet: their rounding is not modelled (RoPE's is: its
+    No xPos scales, position generator, recursive blocks, forgetting gates or
+    gated and combined inputs yet: their rounding is not modelled (RoPE's is: its
     products, `RelativeMultiHeadAttention(quantize=True)`).
     """
     return (
@@ -284,6 +317,7 @@ def rounding_modelled(method):
         and not method.recursive
         and not method.combined_input
         and method.input_positions in (None, "sinusoidal", "learned")
+        and not method.forgetting_gate
     )
 
 

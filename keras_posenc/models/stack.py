@@ -30,6 +30,7 @@ from keras_posenc.layers.sinusoidal_position_encoding import (
 )
 from keras_posenc.models.methods import (
     DIRECTED_BIASES,
+    LOCAL_METHODS,
     METHODS,
     QUANTIZED_METHODS,
     SHARED_BIAS_METHODS,
@@ -110,6 +111,7 @@ class TransformerStack:
             _refuse_lookahead(parts, position, position_options)
             if method.bias in DIRECTED_BIASES:
                 parts["bias"]["bidirectional"] = False
+            parts["gate"]["bidirectional"] = False
         self.method, self.causal, self.num_layers = method, causal, layers
         self.absolute = method.input_layers(parts, max_length, causal)
         self.combined = None
@@ -136,6 +138,14 @@ class TransformerStack:
         self.shared_bias = None  # one producer for every attention, or None
         if share_position_bias:
             self.shared_bias = method.bias_layer(heads, "shared", grid_shape, parts)
+        if window is not None and position not in LOCAL_METHODS:
+            _checks.fail(
+                "attention_window",
+                f"None unless position is in {list(LOCAL_METHODS)} (position="
+                f"{position!r} gives every attention a dense (B, N, T, T) bias)",
+                attention_window,
+            )
+        self.gates = [method.gate_layer(heads, i, parts) for i in range(layers)]
         self.blocks, self.norms, self.ffn = [], [], []
         for index in range(layers):
             if method.recursive:
@@ -196,6 +206,8 @@ class TransformerStack:
         for index, block in enumerate(self.blocks):
             if self.conv_state(index):
                 shapes.append((batch_size, max_length, self.hpn.dim))
+            if self.gates[index] is not None:  # running log-gate sums c_j
+                shapes.append((batch_size, max_length, self.gates[index].num_heads))
             attentions = (block,)
             if self.method.recursive:
                 attentions = (block.attention, block.position_attention)
@@ -251,14 +263,22 @@ class TransformerStack:
                 if self.combined is not None and i == 0:
                     encoding, combine = self.combined
                     query = combine(x, self._positions(x, encoding, cache, index))
+                extra = dict(shared)
+                if self.gates[i] is not None:
+                    if decoding:
+                        gate = self.gates[i].step(query, next(slots), index)
+                        extra["attention_bias"], sums = gate
+                        updated.append(sums)
+                    else:
+                        extra["attention_bias"] = self.gates[i](query)
                 if decoding:
                     attended, state = block(
-                        query, cache=next(slots), cache_update_index=index, **shared
+                        query, cache=next(slots), cache_update_index=index, **extra
                     )
                     updated.append(state)
                 else:
                     causal = {"use_causal_mask": True} if self.causal else {}
-                    attended = block(query, training=training, **causal, **shared)
+                    attended = block(query, training=training, **causal, **extra)
                 x = self.norms[i](add(f"attention_sum_{i}", x, attended))
             hidden, output, dropout, norm = self.ffn[i]
             fed = dropout(output(hidden(x)), training=training)
@@ -328,7 +348,7 @@ def _recursive_block(heads, width, dropout, window, parts, index, causal):
 
 def _refuse_lookahead(parts, position, position_options):
     """A causal stack refuses options that would let a bias look ahead."""
-    if parts["bias"].get("bidirectional"):
+    if parts["bias"].get("bidirectional") or parts["gate"].get("bidirectional"):
         _checks.fail(
             "position_options",
             f"without bidirectional=True for position={position!r}: a causal "

@@ -5,7 +5,7 @@ attention plumbing (`attention`: masks, head layout) and the block-local
 attention functions (`blocks`). Shape letters: see the README.
 """
 
-from keras_posenc.ops import blocks, cache, kernels, quantization, rotary
+from keras_posenc.ops import blocks, cache, forgetting, kernels, quantization, rotary
 from keras_posenc.ops._toeplitz import toeplitz
 from keras_posenc.ops.attention import (
     FLOAT_MASK_VALUE,
@@ -46,6 +46,7 @@ __all__ = [
     "clipped_relative_index",
     "clipped_table_mean",
     "combine_masks",
+    "forgetting",
     "dense_relative_table",
     "grid_coordinates",
     "heads_first",

@@ -4,6 +4,7 @@ from keras_posenc import _checks
 from keras_posenc._compat import keras
 from keras_posenc.layers.dynamic_position_bias import DynamicPositionBias
 from keras_posenc.layers.fire_bias import FireBias
+from keras_posenc.layers.forgetting_gate import ForgettingGate
 from keras_posenc.layers.gated_position_fusion import GatedPositionFusion
 from keras_posenc.layers.hierarchical_position_network import (
     HierarchicalPositionNetwork,
@@ -22,6 +23,7 @@ POSITION_GENERATORS = (
     RelativePositionBias,
     KerpleBias,
     FireBias,
+    ForgettingGate,
     LearnedPositionEmbedding,
 )
 

@@ -70,6 +70,24 @@ def test_a_shared_bias_lm_generates_in_litert_as_in_keras():
     )
 
 
+def test_the_forgetting_gate_generates_in_tflm_at_float32_and_refuses_int8():
+    """No integer LOG or CUMSUM: refused at int8 before converting; float32 runs
+    in LiteRT and TFLM (the step adds this token's log gate to the cached sum)."""
+    pytest.importorskip("tflite_micro", reason="needs tflite-micro (TFLM)")
+    model = lm("fox", max_length=32)
+    for target in ("litert", "tflm"):
+        with pytest.raises(ExportError, match="LOG .*CUMSUM.*mode='float32'"):
+            convert_causal_lm(model, calibration(), mode="int8", target=target)
+    model_bytes = convert_causal_lm(
+        model, calibration(), mode="float32", max_length=16, target="tflm"
+    )
+    assert "CUMSUM" not in operator_names(model_bytes)  # one token: no running sum
+    np.testing.assert_array_equal(
+        generate_tflite(model_bytes, PROMPTS, 9, runtime="tflm"),
+        model.generate(PROMPTS, 9),
+    )
+
+
 def operator_names(model_bytes):
     from ai_edge_litert.interpreter import Interpreter
 

@@ -54,12 +54,30 @@ def _classifier(position, **kwargs):
     return models.build_classifier(3, position=position, **args)
 
 
+#: Methods with integer kernels for every op (the forgetting gate's LOG and
+#: CUMSUM have none: `test_the_forgetting_gate_is_refused_at_int8...`).
+INT8_METHODS = tuple(m for m in models.POSITION_METHODS if m != "fox")
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    "position", models.POSITION_METHODS if IS_KERAS_3 else PRODUCER_KINDS
-)
+@pytest.mark.parametrize("position", INT8_METHODS if IS_KERAS_3 else PRODUCER_KINDS)
 def test_every_method_exports_to_full_int8_and_runs_in_tflm(position):
     _check_full_int8_in_tflm(_classifier(position))  # a None batch and length
+
+
+@pytest.mark.slow
+def test_the_forgetting_gate_is_refused_at_int8_and_runs_in_tflm_at_float32():
+    model = _classifier("fox")
+    x = np.random.default_rng(0).integers(0, 10, size=(40, 12))
+    for mode in ("int8", "int16x8"):
+        with pytest.raises(tflite_export.ExportError, match="forgetting_gate_0: the"):
+            tflite_export.convert(model, x, mode=mode)
+    model_bytes = tflite_export.convert(model, x, mode="float32")
+    static = tflite_export.static_model(model, (12,), "int32")
+    report = tflite_export.verify(model_bytes, static, x[:16])
+    assert report.tflm_ok, report.tflm_error
+    assert "CUMSUM" in report.ops and report.max_error < 1e-4
+    assert report.tflm_max_error < 1e-4
 
 
 @pytest.mark.slow

@@ -124,7 +124,7 @@ def test_padding_never_changes_real_tokens():
     np.testing.assert_allclose(out[:, :7], short, atol=1e-5)
 
 
-@pytest.mark.parametrize("position", models.POSITION_METHODS)
+@pytest.mark.parametrize("position", models.LOCAL_METHODS)
 def test_every_method_runs_local_and_sees_only_its_band(position):
     model = models.build_token_classifier(
         2,

@@ -19,6 +19,7 @@ def test_every_option_is_an_argument_of_the_layer_it_goes_to():
         "generator": keras_posenc.HierarchicalPositionNetwork,
         "block": keras_posenc.RecursivePositionUpdate,
         "rotary": keras_posenc.RotaryEmbedding,
+        "gate": keras_posenc.ForgettingGate,
     }
     assert set(POSITION_METHODS) == set(methods.METHODS)
     for name, record in methods.METHODS.items():

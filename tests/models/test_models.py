@@ -119,8 +119,11 @@ def test_rejects_bad_num_classes():
         models.build_classifier(0, vocab_size=10)
 
 
-@pytest.mark.parametrize("position", per_kind_in_keras2(models.POSITION_METHODS))
-@pytest.mark.parametrize("window", [None, 4])
+@pytest.mark.parametrize(
+    "position, window",
+    [(p, None) for p in per_kind_in_keras2(models.POSITION_METHODS)]
+    + [(p, 4) for p in per_kind_in_keras2(models.LOCAL_METHODS)],
+)
 def test_padding_never_changes_real_token_outputs(position, window):
     """Every method: real tokens read the same with 2 or 7 padded slots."""
     model = models.build_token_classifier(

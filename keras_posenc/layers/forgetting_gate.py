@@ -1,0 +1,158 @@
+"""The forgetting gate (FoX): a decay bias the network computes from content."""
+
+import tensorflow as tf
+
+from keras_posenc import _checks, ops
+from keras_posenc._compat import (
+    build_sublayer,
+    clone_initializer,
+    incoming_mask,
+    keep_float32_inputs,
+    keras,
+    register,
+)
+
+#: The most negative bias returned (exp(-1e4) is 0 in every float dtype).
+BIAS_FLOOR = -1e4
+
+
+@register
+class ForgettingGate(keras.layers.Layer):
+    """Bias `B[h, i, j] = sum_{l=j+1..i} log f_l^h`, `f_t = sigmoid(W x_t + b)`.
+
+    The Forgetting Transformer's gate (Lin et al. 2025), a data-dependent
+    ALiBi: each token's hidden state `x_t` `(B, T, D)` sets, per head, how
+    much of the past it lets through, `f_t = sigmoid(w_h . x_t + b_h)`, and
+    the attention logit of query `i` on key `j <= i` gets the sum of the log
+    gates of the tokens after the key up to the query: `c_i - c_j` with `c`
+    the running sum of `log f`. Unlike ALiBi's fixed slope, the decay is
+    computed from content: a token can close the window behind it. Causal
+    (`bidirectional=False`) keys after the query get 0 (the causal mask
+    removes them); with `bidirectional=True` a second gate `g` gives keys
+    after the query `sum_{l=i..j-1} log g_l` (x-transformers'
+    data-dependent ALiBi for encoders). Padded tokens (a Keras mask) get
+    `log f = 0`: they change no real token's bias. The gate bias starts at
+    `initial_bias` (5: `f = 0.993`, nearly no forgetting at the start). The
+    bias `(B, N, T, T)` truly depends on content, so it is per example; it
+    reaches the attention through `attention_bias` (the builders do this).
+    Decoding (`step`) needs no sum over the history: the cache holds each
+    position's running sum `c_j` `(B, S_max, N)`, and a new token adds its
+    log gate to the previous one's. All gate math runs in float32; the bias
+    is floored at -1e4 (its softmax weight is 0 either way) and returned in
+    the compute dtype.
+
+    Args:
+        num_heads: int, the number of attention heads N.
+        bidirectional: bool, a second (backward) gate for keys after the
+            query. Defaults to `True`.
+        initial_bias: float, the gates' initial bias `b`. Defaults to `5.0`.
+        kernel_initializer: str or initializer, for `W`.
+            Defaults to `"glorot_uniform"`.
+
+    Call arguments:
+        inputs: float tensor `(B, T, D)`, the hidden states the attention
+            reads.
+        mask: optional boolean `(B, T)`, real tokens (Keras' mask by default).
+
+    Returns:
+        A bias `(B, N, T, T)` in the compute dtype.
+
+    Example:
+
+    >>> import tensorflow as tf
+    >>> import keras_posenc
+    >>> gate = keras_posenc.ForgettingGate(num_heads=2, bidirectional=False)
+    >>> x = tf.random.normal((1, 5, 8))
+    >>> attention = keras_posenc.RelativeMultiHeadAttention(num_heads=2, key_dim=4)
+    >>> attention(x, attention_bias=gate(x), use_causal_mask=True).shape
+    TensorShape([1, 5, 8])
+
+    References:
+        - [Lin et al., 2025 (Forgetting Transformer)](https://arxiv.org/abs/2503.02130)
+    """
+
+    def __init__(
+        self,
+        num_heads,
+        bidirectional=True,
+        initial_bias=5.0,
+        kernel_initializer="glorot_uniform",
+        **kwargs,
+    ):
+        num_heads = _checks.positive_int("num_heads", num_heads)
+        bidirectional = _checks.boolean("bidirectional", bidirectional)
+        if isinstance(initial_bias, bool) or not isinstance(initial_bias, (int, float)):
+            _checks.fail("initial_bias", "a number", initial_bias, error=TypeError)
+        super().__init__(**kwargs)
+        self.num_heads = num_heads
+        self.bidirectional = bidirectional
+        self.initial_bias = float(initial_bias)
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.supports_masking = True
+        keep_float32_inputs(self)  # the gates run in float32
+
+    def build(self, input_shape):
+        width = _checks.known_width(input_shape)
+        gates = 2 if self.bidirectional else 1
+        self.gate_dense = keras.layers.Dense(
+            gates * self.num_heads,
+            kernel_initializer=clone_initializer(self.kernel_initializer),
+            bias_initializer=keras.initializers.Constant(self.initial_bias),
+            dtype="float32",
+            name="gate",
+        )
+        build_sublayer(self.gate_dense, (None, None, width))
+        self.built = True
+
+    def call(self, inputs, mask=None):
+        log_forward, log_backward = self.log_gates(inputs, incoming_mask(inputs, mask))
+        bias = ops.forgetting.decay_bias(log_forward, log_backward)
+        # A weight of exactly 0 either way; float16 would overflow to -inf.
+        return tf.cast(tf.maximum(bias, BIAS_FLOOR), self.compute_dtype)
+
+    def compute_output_shape(self, input_shape):
+        return (input_shape[0], self.num_heads, input_shape[1], input_shape[1])
+
+    def compute_mask(self, inputs, mask=None):
+        return None
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "num_heads": self.num_heads,
+                "bidirectional": self.bidirectional,
+                "initial_bias": self.initial_bias,
+                "kernel_initializer": keras.initializers.serialize(
+                    self.kernel_initializer
+                ),
+            }
+        )
+        return config
+
+    def log_gates(self, inputs, mask=None):
+        """`(log f, log g or None)`, float32 `(B, T, N)` each; 0 where masked."""
+        z = self.gate_dense(tf.cast(inputs, tf.float32))  # (B, T, gates * N)
+        log_gates = tf.math.log_sigmoid(z)
+        if mask is not None:
+            log_gates *= tf.cast(mask, tf.float32)[:, :, None]
+        if not self.bidirectional:
+            return log_gates, None
+        return log_gates[..., : self.num_heads], log_gates[..., self.num_heads :]
+
+    def step(self, inputs, sums, index):
+        """Bias of new tokens `(B, T, D)` at `index` against a cache of `S_max`.
+
+        `sums` `(B, S_max, N)` holds the running sum `c_j` of every earlier
+        position (the layer's decoding state). Returns the float32 bias
+        `(B, N, T, S_max)` (slots after each query to be masked by the
+        caller) and the updated `sums`.
+        """
+        if self.bidirectional:
+            raise ValueError(
+                "`bidirectional` must be False to decode step by step (a key "
+                "after the query does not exist yet). Received: bidirectional=True"
+            )
+        log_forward, _ = self.log_gates(inputs)
+        running, sums = ops.forgetting.step_sums(log_forward, sums, index)
+        return ops.forgetting.step_bias(running, sums), sums

@@ -1,0 +1,56 @@
+"""The forgetting gate's decay bias (FoX): running sums of log-gates.
+
+Pure float32 functions. `D[i, j] = sum_{l=j+1..i} log f_l = c_i - c_j` with
+`c` the running sum of the log-gates `log f` `(B, T, N)`; a decoding step
+needs no cumulative sum over the history, only the running value of the
+previous position (`step_sums`).
+"""
+
+import tensorflow as tf
+
+from keras_posenc.ops.cache import write_rows
+
+
+def decay_bias(log_forward, log_backward=None):
+    """`(B, N, T, T)`: `c_i - c_j` for keys `j <= i` (0 after the query).
+
+    With `log_backward` (bidirectional) keys after the query get
+    `sum_{l=i..j-1} log b_l`, the mirror image over a second gate.
+    """
+    running = tf.cumsum(log_forward, axis=1)  # (B, T, N): c_t
+    c = tf.transpose(running, [0, 2, 1])  # (B, N, T)
+    before = c[:, :, :, None] - c[:, :, None, :]  # (B, N, T, T): c_i - c_j
+    length = tf.shape(log_forward)[1]
+    rows = tf.range(length)
+    at_or_before = rows[None, :] <= rows[:, None]  # (T, T): j <= i
+    if log_backward is None:
+        return tf.where(at_or_before, before, tf.zeros_like(before))
+    # Exclusive running sum: e_t = sum_{l < t} log b_l, so sum_{l=i..j-1} = e_j - e_i.
+    e = tf.transpose(tf.cumsum(log_backward, axis=1, exclusive=True), [0, 2, 1])
+    after = e[:, :, None, :] - e[:, :, :, None]  # (B, N, T, T): e_j - e_i
+    return tf.where(at_or_before, before, after)
+
+
+def step_sums(log_forward, sums, index):
+    """Running sums `(B, T, N)` of new tokens at `index ...` and the updated state.
+
+    `sums` `(B, S_max, N)` holds `c_j` of every position written so far; the
+    new tokens continue from `c_{index-1}` (0 at the start) and are written
+    at `index`.
+    """
+    index = tf.cast(index, tf.int32)
+    previous = tf.gather(sums, tf.maximum(index - 1, 0), axis=1)  # (B, N)
+    previous *= tf.cast(index > 0, previous.dtype)
+    running = previous[:, None, :] + tf.cumsum(log_forward, axis=1)  # (B, T, N)
+    return running, write_rows(sums, running, index)
+
+
+def step_bias(running, sums):
+    """`(B, N, T, S_max)`: `c_i - c_j` of new tokens against every cached slot.
+
+    Slots after a query (not yet written, or later new tokens) hold no
+    meaningful value: the caller masks them.
+    """
+    c_i = tf.transpose(running, [0, 2, 1])[:, :, :, None]  # (B, N, T, 1)
+    c_j = tf.transpose(sums, [0, 2, 1])[:, :, None, :]  # (B, N, 1, S_max)
+    return c_i - c_j

@@ -1,0 +1,111 @@
+import numpy as np
+import pytest
+import tensorflow as tf
+from layer_checks import check_layer
+
+from keras_posenc import ForgettingGate
+
+
+def log_sigmoid(z):
+    return -np.log1p(np.exp(-z))
+
+
+def fox_oracle(gate, x, mask=None):
+    """Lin et al. 2025: D[i, j] = sum_{l=j+1..i} log f_l (j <= i); the backward
+    gate's sum_{l=i..j-1} log g_l after the query (x-transformers' bidirectional
+    form); padded tokens' log gates are 0."""
+    kernel, bias = (w.numpy().astype("float64") for w in gate.gate_dense.weights)
+    logs = log_sigmoid(x.astype("float64") @ kernel + bias)  # (B, T, G*N)
+    if mask is not None:
+        logs = logs * mask[:, :, None]
+    n, (b, t, _) = gate.num_heads, x.shape
+    out = np.zeros((b, n, t, t))
+    for i in range(t):
+        for j in range(t):
+            if j <= i:
+                out[:, :, i, j] = logs[:, j + 1 : i + 1, :n].sum(axis=1)
+            elif gate.bidirectional:
+                out[:, :, i, j] = logs[:, i:j, n:].sum(axis=1)
+    return out
+
+
+@pytest.mark.parametrize("bidirectional", [True, False])
+def test_layer_checks(bidirectional, tmp_path):
+    x = np.random.normal(size=(2, 6, 4)).astype("float32")
+    check_layer(
+        lambda **kw: ForgettingGate(2, bidirectional=bidirectional, **kw),
+        x,
+        tmp_path,
+        num_weights=2,  # the gate's kernel and bias
+        expected_output_shape=(2, 2, 6, 6),
+        fit=False,
+        passes_mask=False,
+    )
+
+
+@pytest.mark.parametrize("bidirectional", [True, False])
+def test_bias_is_the_papers_running_sum_of_log_gates(bidirectional):
+    gate = ForgettingGate(3, bidirectional=bidirectional, initial_bias=0.5)
+    x = np.random.default_rng(0).normal(size=(2, 7, 5)).astype("float32")
+    gate.build(x.shape)
+    kernel = gate.gate_dense.kernel
+    kernel.assign(np.random.default_rng(1).normal(size=kernel.shape).astype("float32"))
+    np.testing.assert_allclose(gate(x).numpy(), fox_oracle(gate, x), atol=1e-5)
+    mask = np.ones((2, 7), bool)
+    mask[1, 4:] = False
+    np.testing.assert_allclose(
+        gate(x, mask=mask).numpy(), fox_oracle(gate, x, mask), atol=1e-5
+    )
+
+
+def test_starts_close_to_no_forgetting_and_never_adds():
+    gate = ForgettingGate(2)  # initial_bias 5: f = sigmoid(5 + w . x)
+    bias = gate(np.random.default_rng(0).normal(size=(1, 9, 8)).astype("float32"))
+    bias = bias.numpy()
+    assert np.all(bias <= 0) and np.all(np.diag(bias[0, 0]) == 0)
+    assert bias[0, :, 8, 0].max() > -0.5  # eight steps of near-1 gates
+
+
+def test_causal_a_later_token_moves_no_earlier_row():
+    gate = ForgettingGate(2, bidirectional=False)
+    x = np.random.default_rng(0).normal(size=(1, 8, 4)).astype("float32")
+    changed = x.copy()
+    changed[:, 5] += 10.0
+    a, b = gate(x).numpy(), gate(changed).numpy()
+    np.testing.assert_allclose(a[:, :, :5], b[:, :, :5], atol=1e-6)
+    assert not np.allclose(a[:, :, 5:], b[:, :, 5:])
+    assert np.all(a[:, :, np.triu_indices(8, 1)[0], np.triu_indices(8, 1)[1]] == 0)
+
+
+def test_steps_through_a_cache_equal_the_whole_sequence():
+    """What the cache holds: each position's running sum c_j (B, S_max, N)."""
+    gate = ForgettingGate(2, bidirectional=False)
+    x = np.random.default_rng(0).normal(size=(2, 7, 4)).astype("float32")
+    full = gate(x).numpy()  # (B, N, T, T)
+    sums = tf.zeros((2, 10, 2))
+    first, sums = gate.step(x[:, :3], sums, 0)  # a 3-token prompt
+    seen = np.tril(np.ones((3, 3), bool))  # later slots: masked by the attention
+    np.testing.assert_allclose(
+        first.numpy()[..., :3][..., seen], full[:, :, :3, :3][..., seen], atol=1e-5
+    )
+    for t in range(3, 7):
+        bias, sums = gate.step(x[:, t : t + 1], sums, t)
+        np.testing.assert_allclose(
+            bias.numpy()[:, :, 0, : t + 1], full[:, :, t, : t + 1], atol=1e-5
+        )
+    running = np.cumsum(
+        log_sigmoid(x @ gate.gate_dense.kernel.numpy() + gate.gate_dense.bias.numpy()),
+        axis=1,
+    )
+    np.testing.assert_allclose(sums.numpy()[:, :7], running, atol=1e-5)
+
+
+def test_bad_arguments_are_refused():
+    with pytest.raises(TypeError, match="`initial_bias` must be a number"):
+        ForgettingGate(2, initial_bias="5")
+    with pytest.raises(ValueError, match="`num_heads` must be an integer >= 1"):
+        ForgettingGate(0)
+    with pytest.raises(ValueError, match="`bidirectional` must be False to decode"):
+        ForgettingGate(2).step(tf.zeros((1, 1, 4)), tf.zeros((1, 4, 2)), 0)
+    with pytest.raises(ValueError, match="The last axis of the input must be known"):
+        ForgettingGate(2).build((1, 4, None))
