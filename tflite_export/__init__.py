@@ -11,6 +11,7 @@ from tflite_export.convert import (
     MODES,
     ExportError,
     convert,
+    integer_blockers,
     microcontroller_blockers,
     static_model,
 )
@@ -33,6 +34,7 @@ __all__ = [
     "dequantize",
     "device_contract",
     "generate_tflite",
+    "integer_blockers",
     "microcontroller_blockers",
     "quantize",
     "quantize_aware",
