@@ -11,6 +11,7 @@ from keras_posenc._compat import IS_KERAS_3
 from keras_posenc.layers import (
     ActivationRange,
     CombinedPositionInput,
+    ContextualPosition,
     DynamicPositionBias,
     FireBias,
     ForgettingGate,
@@ -38,6 +39,7 @@ __all__ = [
     "IS_KERAS_3",
     "ActivationRange",
     "CombinedPositionInput",
+    "ContextualPosition",
     "DynamicPositionBias",
     "FireBias",
     "ForgettingGate",

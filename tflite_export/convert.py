@@ -239,18 +239,32 @@ def static_model(model, input_shape, dtype):
     return keras.Model(inputs, model(inputs), name=f"{model.name}_static")
 
 
+#: Layers whose ops have no integer kernels, and why (`integer_blockers`).
+FLOAT_ONLY = (
+    (
+        keras_posenc.layers.ForgettingGate,
+        "the forgetting gate's log-sigmoid needs LOG and its running sum "
+        "CUMSUM, which TFLM runs in float only (desktop TFLite has no int8 "
+        "CUMSUM at all); convert it with mode='float32' (it runs in LiteRT "
+        "and TFLM), or use position='alibi' for a fixed decay at int8",
+    ),
+    (
+        keras_posenc.layers.ContextualPosition,
+        "CoPE's fractional positions need FLOOR and CEIL (float-only in TFLM), "
+        "a CUMSUM over the keys (no int8 kernel in desktop TFLite) and a GATHER "
+        "at computed indices; convert it with mode='float32' (it runs in LiteRT "
+        "and TFLM), or use a fixed relative bias (t5, kerple) at int8",
+    ),
+)
+
+
 def integer_blockers(model):
     """`[(layer name, reason)]` for layers whose ops have no integer kernels."""
     return [
-        (
-            layer.name,
-            "the forgetting gate's log-sigmoid needs LOG and its running sum "
-            "CUMSUM, which TFLM runs in float only (desktop TFLite has no int8 "
-            "CUMSUM at all); convert it with mode='float32' (it runs in LiteRT "
-            "and TFLM), or use position='alibi' for a fixed decay at int8",
-        )
+        (layer.name, reason)
         for layer in nested_layers(model)
-        if isinstance(layer, keras_posenc.layers.ForgettingGate)
+        for kind, reason in FLOAT_ONLY
+        if isinstance(layer, kind)
     ]
 
 

@@ -5,6 +5,7 @@ from keras_posenc.layers.combined_position_input import (
     CombinedPositionInput,
     combined_attention_input,
 )
+from keras_posenc.layers.contextual_position import ContextualPosition
 from keras_posenc.layers.dynamic_position_bias import DynamicPositionBias
 from keras_posenc.layers.fire_bias import FireBias
 from keras_posenc.layers.forgetting_gate import ForgettingGate
@@ -35,6 +36,7 @@ from keras_posenc.layers.token_embedding import TokenEmbedding
 __all__ = [
     "ActivationRange",
     "CombinedPositionInput",
+    "ContextualPosition",
     "DynamicPositionBias",
     "FireBias",
     "ForgettingGate",

@@ -24,6 +24,7 @@ from keras_posenc._compat import (
 )
 from keras_posenc.layers import _rope_checks
 from keras_posenc.layers._rounding import rounder, rounding_points
+from keras_posenc.layers.contextual_position import ContextualPosition
 from keras_posenc.layers.quantized_dense import QuantizedDense
 from keras_posenc.layers.rotary_embedding import RotaryEmbedding
 from keras_posenc.ops import quantization
@@ -107,6 +108,11 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
             here shows it beating this exact band). Defaults to `None` (dense).
         rotary: a `RotaryEmbedding` turning the projected queries and keys at
             their true positions, or None. Defaults to `None`.
+        contextual_position: a `ContextualPosition` (CoPE), the door for a
+            position that reads the attention itself: called with the scaled
+            query heads `(B, T, N, H)`, the logits `(B, N, T, S)` and the mask,
+            it returns a term added to the logits (with any bias). Dense
+            attention only. Defaults to `None`.
         quantize: bool, fake-quantize what int8 TFLite rounds for
             quantization-aware training: the projections (`QuantizedDense`),
             the scaled queries, the logits, the bias, the biased and masked
@@ -192,6 +198,7 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         rotary=None,
         quantize=False,
         quantize_cache=False,
+        contextual_position=None,
         **kwargs,
     ):
         num_heads = _checks.positive_int("num_heads", num_heads)
@@ -216,6 +223,16 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         if quantize and rotary is not None:
             _rope_checks.check_quantized_rotary(rotary, key_dim)
         quantize_cache = _checks.boolean("quantize_cache", quantize_cache)
+        contextual_position = optional_layer(
+            "contextual_position", contextual_position, ContextualPosition
+        )
+        if contextual_position is not None and (attention_window or quantize):
+            _checks.fail(
+                "contextual_position",
+                "None with `attention_window` or `quantize=True` (it counts over "
+                "the dense logits, in float)",
+                contextual_position,
+            )
         if quantize_cache and (not quantize or value_dim not in (None, key_dim)):
             _checks.fail(
                 "quantize_cache",
@@ -238,6 +255,7 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         self.rotary = rotary
         self.quantize = quantize
         self.quantize_cache = quantize_cache
+        self.contextual_position = contextual_position
         points = ROUNDING_POINTS + ((CACHE_POINT,) if quantize_cache else ())
         if rotary is not None:  # the rotation scales the queries
             points = ROTARY_POINTS + tuple(p for p in points if p != "scaled_query")
@@ -266,6 +284,9 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         if self.rotary is not None and not self.rotary.built:
             heads_shape = (None, None, self.num_heads, self.key_dim)
             build_sublayer(self.rotary, heads_shape)  # (B, T, N, H)
+        if self.contextual_position is not None and not self.contextual_position.built:
+            heads_shape = (None, None, self.num_heads, self.key_dim)
+            build_sublayer(self.contextual_position, heads_shape)
         for point in self.rounding.values():
             build_sublayer(point, ())
         self.built = True
@@ -361,6 +382,7 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
                 "rotary": serialize_layer(self.rotary),
                 "quantize": self.quantize,
                 "quantize_cache": self.quantize_cache,
+                "contextual_position": serialize_layer(self.contextual_position),
             }
         )
         return config
@@ -422,6 +444,9 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
             `(context (..., T, Hv), weights (..., T, S))`.
         """
         logits = tf.matmul(query, key, transpose_b=True)
+        if self.contextual_position is not None:  # it reads heads-last queries
+            queries = ops.attention.swap_heads(query)
+            bias = _plus(bias, self.contextual_position(queries, logits, mask))
         weights = self._weights(logits, bias, mask)
         dropped = self._dropout_layer(weights, training=training)
         return tf.matmul(dropped, value), weights
@@ -503,6 +528,8 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
             return swap(context), weights
         r = rounder(self.rounding, training)
         logits = r("logits", ops.attention.head_logits(q, k))
+        if self.contextual_position is not None:
+            bias = _plus(bias, self.contextual_position(q, logits, mask))
         weights = self._weights(logits, bias, mask, training)
         dropped = self._dropout_layer(weights, training=training)
         return r("context", ops.attention.head_context(dropped, v)), weights
@@ -703,6 +730,8 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
             mask = tf.logical_and(mask, tf.cast(attention_mask, bool)[:, None])
         if late and ops.cache.is_static():  # an export: the cache stays untouched
             logits = self._turned_logits(q, keys, where, index + length)
+            if self.contextual_position is not None:
+                bias = _plus(bias, self.contextual_position(q, logits, mask))
             weights = self._weights(logits, bias, mask)
             context = ops.attention.head_context(weights, values)
             return self._merge(context), cache

@@ -22,6 +22,7 @@ RELATIVE_METHODS = tuple(
     or method.recursive
     or method.rotary is not None
     or method.forgetting_gate
+    or method.contextual
 )
 
 

@@ -9,6 +9,7 @@ position generator network feeds the layers, and which block the layers are.
 import dataclasses
 
 from keras_posenc import _checks
+from keras_posenc.layers.contextual_position import ContextualPosition
 from keras_posenc.layers.dynamic_position_bias import DynamicPositionBias
 from keras_posenc.layers.fire_bias import FireBias
 from keras_posenc.layers.forgetting_gate import ForgettingGate
@@ -31,6 +32,7 @@ PARTS = (
     "block",
     "rotary",
     "gate",
+    "cope",
 )
 
 
@@ -57,6 +59,8 @@ class PositionMethod:
             attention rotates its queries and keys (axial over `grid_shape`).
         forgetting_gate: bool, every attention gets the decay bias of a
             `ForgettingGate` on its input (a cache state when decoding).
+        contextual: bool, every attention counts its own positions
+            (`ContextualPosition`, CoPE).
         options: dict, `{option: part}` for the `position_options` taken.
         defaults: callable `max_length -> dict` of default options.
     """
@@ -71,6 +75,7 @@ class PositionMethod:
     combined_input: bool = False
     rotary: dict = None
     forgetting_gate: bool = False
+    contextual: bool = False
     options: dict = dataclasses.field(default_factory=dict)
     defaults: object = None
 
@@ -127,6 +132,12 @@ class PositionMethod:
             return None
         name = f"forgetting_gate_{index}"
         return ForgettingGate(num_heads, name=name, **parts["gate"])
+
+    def contextual_layer(self, index, parts):
+        """The `ContextualPosition` of attention `index`, or None."""
+        if not self.contextual:
+            return None
+        return ContextualPosition(name=f"cope_{index}", **parts["cope"])
 
     def bias_layer(self, num_heads, index, grid_shape, parts):
         """The bias producer of attention `index`, or None."""
@@ -289,6 +300,9 @@ METHODS = {
             "kernel_initializer": "gate",
         },
     ),
+    "cope": PositionMethod(
+        contextual=True, options={"max_position": "cope", "initializer": "cope"}
+    ),
     "gated": PositionMethod(
         input_positions="gated",
         options={**_SINUSOID, "max_distance": "fusion"},
@@ -296,9 +310,12 @@ METHODS = {
     ),
 }
 #: Methods that run block-local (`attention_window`): all but the forgetting
-#: gate, whose bias is a dense per-example `(B, N, T, T)`.
+#: gate, whose bias is a dense per-example `(B, N, T, T)`, and CoPE, which
+#: counts over the dense logits.
 LOCAL_METHODS = tuple(
-    name for name, method in METHODS.items() if not method.forgetting_gate
+    name
+    for name, method in METHODS.items()
+    if not (method.forgetting_gate or method.contextual)
 )
 #: Methods whose attentions can share one bias (`share_position_bias=True`).
 SHARED_BIAS_METHODS = tuple(name for name, method in METHODS.items() if method.bias)
@@ -307,9 +324,10 @@ SHARED_BIAS_METHODS = tuple(name for name, method in METHODS.items() if method.b
 def rounding_modelled(method):
     """Whether every layer of `method` models its int8 rounding (QAT).
 
-    No xPos scales, position generator, recursive blocks, forgetting gates or
-    gated and combined inputs yet: their rounding is not modelled (RoPE's is: its
-    products, `RelativeMultiHeadAttention(quantize=True)`).
+    No xPos scales, position generator, recursive blocks, forgetting gates,
+    contextual positions or gated and combined inputs yet: their rounding is
+    not modelled (RoPE's is: its products,
+    `RelativeMultiHeadAttention(quantize=True)`).
     """
     return (
         "xpos_scale_base" not in (method.rotary or {})
@@ -318,6 +336,7 @@ def rounding_modelled(method):
         and not method.combined_input
         and method.input_positions in (None, "sinusoidal", "learned")
         and not method.forgetting_gate
+        and not method.contextual
     )
 
 

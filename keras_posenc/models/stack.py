@@ -142,7 +142,7 @@ class TransformerStack:
             _checks.fail(
                 "attention_window",
                 f"None unless position is in {list(LOCAL_METHODS)} (position="
-                f"{position!r} gives every attention a dense (B, N, T, T) bias)",
+                f"{position!r} reads the dense (B, N, T, T) logits or bias)",
                 attention_window,
             )
         self.gates = [method.gate_layer(heads, i, parts) for i in range(layers)]
@@ -165,6 +165,7 @@ class TransformerStack:
                         if self.shared_bias is not None
                         else method.bias_layer(heads, index, grid_shape, parts),
                         rotary=method.rotary_layer(index, grid_shape, parts),
+                        contextual_position=method.contextual_layer(index, parts),
                         attention_window=window,
                         name=f"attention_{index}",
                         **rounding,

@@ -5,7 +5,15 @@ attention plumbing (`attention`: masks, head layout) and the block-local
 attention functions (`blocks`). Shape letters: see the README.
 """
 
-from keras_posenc.ops import blocks, cache, forgetting, kernels, quantization, rotary
+from keras_posenc.ops import (
+    blocks,
+    cache,
+    contextual,
+    forgetting,
+    kernels,
+    quantization,
+    rotary,
+)
 from keras_posenc.ops._toeplitz import toeplitz
 from keras_posenc.ops.attention import (
     FLOAT_MASK_VALUE,
@@ -46,6 +54,7 @@ __all__ = [
     "clipped_relative_index",
     "clipped_table_mean",
     "combine_masks",
+    "contextual",
     "forgetting",
     "dense_relative_table",
     "grid_coordinates",

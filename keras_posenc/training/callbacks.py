@@ -2,6 +2,7 @@
 
 from keras_posenc import _checks
 from keras_posenc._compat import keras
+from keras_posenc.layers.contextual_position import ContextualPosition
 from keras_posenc.layers.dynamic_position_bias import DynamicPositionBias
 from keras_posenc.layers.fire_bias import FireBias
 from keras_posenc.layers.forgetting_gate import ForgettingGate
@@ -24,6 +25,7 @@ POSITION_GENERATORS = (
     KerpleBias,
     FireBias,
     ForgettingGate,
+    ContextualPosition,
     LearnedPositionEmbedding,
 )
 

@@ -70,18 +70,23 @@ def test_a_shared_bias_lm_generates_in_litert_as_in_keras():
     )
 
 
-def test_the_forgetting_gate_generates_in_tflm_at_float32_and_refuses_int8():
-    """No integer LOG or CUMSUM: refused at int8 before converting; float32 runs
-    in LiteRT and TFLM (the step adds this token's log gate to the cached sum)."""
+@pytest.mark.parametrize(
+    "position, match", [("fox", "LOG .*CUMSUM"), ("cope", "FLOOR and CEIL")]
+)
+def test_float_only_methods_generate_in_tflm_at_float32_and_refuse_int8(
+    position, match
+):
+    """No integer kernels: refused at int8 before converting; float32 runs in
+    LiteRT and TFLM (fox: the step adds this token's log gate to the cached
+    sum; cope: each step recounts over the cached keys)."""
     pytest.importorskip("tflite_micro", reason="needs tflite-micro (TFLM)")
-    model = lm("fox", max_length=32)
+    model = lm(position, max_length=32)
     for target in ("litert", "tflm"):
-        with pytest.raises(ExportError, match="LOG .*CUMSUM.*mode='float32'"):
+        with pytest.raises(ExportError, match=f"{match}.*mode='float32'"):
             convert_causal_lm(model, calibration(), mode="int8", target=target)
     model_bytes = convert_causal_lm(
         model, calibration(), mode="float32", max_length=16, target="tflm"
     )
-    assert "CUMSUM" not in operator_names(model_bytes)  # one token: no running sum
     np.testing.assert_array_equal(
         generate_tflite(model_bytes, PROMPTS, 9, runtime="tflm"),
         model.generate(PROMPTS, 9),

@@ -55,8 +55,9 @@ def _classifier(position, **kwargs):
 
 
 #: Methods with integer kernels for every op (the forgetting gate's LOG and
-#: CUMSUM have none: `test_the_forgetting_gate_is_refused_at_int8...`).
-INT8_METHODS = tuple(m for m in models.POSITION_METHODS if m != "fox")
+#: CUMSUM and CoPE's FLOOR and CEIL have none: `tflite_export.integer_blockers`,
+#: `test_float_only_methods_are_refused_at_int8_and_run_in_tflm_at_float32`).
+INT8_METHODS = tuple(m for m in models.POSITION_METHODS if m not in ("fox", "cope"))
 
 
 @pytest.mark.slow
@@ -66,17 +67,22 @@ def test_every_method_exports_to_full_int8_and_runs_in_tflm(position):
 
 
 @pytest.mark.slow
-def test_the_forgetting_gate_is_refused_at_int8_and_runs_in_tflm_at_float32():
-    model = _classifier("fox")
+@pytest.mark.parametrize(
+    "position, layer", [("fox", "forgetting_gate_0"), ("cope", "cope_0")]
+)
+def test_float_only_methods_are_refused_at_int8_and_run_in_tflm_at_float32(
+    position, layer
+):
+    model = _classifier(position)
     x = np.random.default_rng(0).integers(0, 10, size=(40, 12))
     for mode in ("int8", "int16x8"):
-        with pytest.raises(tflite_export.ExportError, match="forgetting_gate_0: the"):
+        with pytest.raises(tflite_export.ExportError, match=f"{layer}: "):
             tflite_export.convert(model, x, mode=mode)
     model_bytes = tflite_export.convert(model, x, mode="float32")
     static = tflite_export.static_model(model, (12,), "int32")
     report = tflite_export.verify(model_bytes, static, x[:16])
     assert report.tflm_ok, report.tflm_error
-    assert "CUMSUM" in report.ops and report.max_error < 1e-4
+    assert "CUMSUM" in report.ops and report.max_error < 1e-4  # both count
     assert report.tflm_max_error < 1e-4
 
 

@@ -20,6 +20,7 @@ def test_every_option_is_an_argument_of_the_layer_it_goes_to():
         "block": keras_posenc.RecursivePositionUpdate,
         "rotary": keras_posenc.RotaryEmbedding,
         "gate": keras_posenc.ForgettingGate,
+        "cope": keras_posenc.ContextualPosition,
     }
     assert set(POSITION_METHODS) == set(methods.METHODS)
     for name, record in methods.METHODS.items():

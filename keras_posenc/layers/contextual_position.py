@@ -1,0 +1,94 @@
+"""Contextual position encoding (CoPE): the attention counts its own positions."""
+
+from keras_posenc import _checks, ops
+from keras_posenc._compat import add_float32_weight, keras, register
+
+
+@register
+class ContextualPosition(keras.layers.Layer):
+    """Logit term `q_i . e[p_ij]`, `p_ij = sum_{t=j..i} sigmoid(q_i . k_t)`.
+
+    Contextual position encoding (Golovneva et al. 2024, CoPE): a position is
+    not a token count but a count of what the query finds relevant. Every
+    key `t` between the key `j` and the query `i` adds its gate
+    `sigmoid(q_i . k_t)` (the attention's own scaled logit), so "the third
+    sentence back" can be a position when the gates fire on sentence ends.
+    The position `p_ij` (clamped to `max_position`) is fractional; the term
+    interpolates between the learned embeddings `e` `(H, max_position + 1)`
+    of its floor and ceiling and is added to the logit. It is not a bias
+    producer: it needs the queries and the (masked) logits, which
+    `RelativeMultiHeadAttention(contextual_position=...)` hands it (masked
+    keys get gate 0, so padding and the causal mask count nothing). Causal
+    in the paper; without a causal mask the count runs to the last key.
+    Decoding needs no state: each new query recounts over the cached keys
+    (O(S) per step). Embeddings start small and random (the paper's code
+    starts them at zero, which leaves a fresh model blind to order). Position
+    math in float32.
+
+    Args:
+        max_position: int, the largest position counted (the paper's
+            `npos_max - 1`). Defaults to `16`.
+        initializer: str or initializer, for the embeddings.
+            Defaults to `"truncated_normal"`.
+
+    Call arguments:
+        queries: `(B, T, N, H)` scaled query heads (heads-last).
+        logits: `(B, N, T, S)` query-key logits before any bias.
+        mask: optional boolean, broadcastable to `(B, N, T, S)`: keys each
+            query may attend to.
+
+    Returns:
+        A float32 term `(B, N, T, S)` to add to the logits.
+
+    Example:
+
+    >>> import tensorflow as tf
+    >>> import keras_posenc
+    >>> cope = keras_posenc.ContextualPosition(max_position=8)
+    >>> attention = keras_posenc.RelativeMultiHeadAttention(
+    ...     num_heads=2, key_dim=4, contextual_position=cope
+    ... )
+    >>> attention(tf.random.normal((1, 6, 8)), use_causal_mask=True).shape
+    TensorShape([1, 6, 8])
+
+    References:
+        - [Golovneva et al., 2024 (CoPE)](https://arxiv.org/abs/2405.18719)
+    """
+
+    def __init__(self, max_position=16, initializer="truncated_normal", **kwargs):
+        max_position = _checks.positive_int("max_position", max_position)
+        super().__init__(**kwargs)
+        self.max_position = max_position
+        self.initializer = keras.initializers.get(initializer)
+
+    def build(self, queries_shape, logits_shape=None, mask_shape=None):
+        head_dim = _checks.known_width(queries_shape, "queries")
+        self.embeddings = add_float32_weight(
+            self,
+            name="embeddings",
+            shape=(head_dim, self.max_position + 1),
+            initializer=self.initializer,
+            trainable=True,
+        )
+        self.built = True
+
+    def call(self, queries, logits, mask=None):
+        positions = ops.contextual.contextual_positions(logits, mask, self.max_position)
+        return ops.contextual.interpolated_logits(queries, self.embeddings, positions)
+
+    def compute_output_shape(self, queries_shape, logits_shape=None, mask_shape=None):
+        return tuple(logits_shape)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "max_position": self.max_position,
+                "initializer": keras.initializers.serialize(self.initializer),
+            }
+        )
+        return config
+
+    def positions(self, logits, mask=None):
+        """The float32 positions `p` `(B, N, T, S)` the term reads (for plots)."""
+        return ops.contextual.contextual_positions(logits, mask, self.max_position)

@@ -1,0 +1,39 @@
+"""Contextual positions (CoPE): positions counted by gates on the logits.
+
+Pure float32 functions of the attention's own logits and queries.
+"""
+
+import tensorflow as tf
+
+
+def contextual_positions(logits, mask, max_position):
+    """`p[i, j] = sum_{t >= j} sigmoid(logits[i, t])` over unmasked keys `(..., T, S)`.
+
+    Under a causal mask the sum runs over `t = j .. i`: how many keys from
+    `j` to the query "count" (each gate in [0, 1]), clamped to
+    `max_position`.
+    """
+    gates = tf.sigmoid(tf.cast(logits, tf.float32))
+    if mask is not None:
+        gates *= tf.cast(mask, tf.float32)
+    positions = tf.cumsum(gates, axis=-1, reverse=True)
+    return tf.minimum(positions, float(max_position))
+
+
+def interpolated_logits(queries, embeddings, positions):
+    """`q_i . e[p]` `(B, N, T, S)`, linear between `e[floor(p)]` and `e[ceil(p)]`.
+
+    Args:
+        queries: `(B, T, N, H)` heads-last queries.
+        embeddings: `(H, P)` position embeddings (shared by the heads).
+        positions: float32 `(B, N, T, S)` in `[0, P - 1]`.
+    """
+    q = tf.cast(queries, tf.float32)
+    per_position = tf.einsum("btnh,hp->bntp", q, tf.cast(embeddings, tf.float32))
+    low = tf.floor(positions)
+    weight = positions - low  # (B, N, T, S) in [0, 1)
+    batch_dims = positions.shape.rank - 1
+    below = tf.gather(per_position, tf.cast(low, tf.int32), batch_dims=batch_dims)
+    high = tf.cast(tf.math.ceil(positions), tf.int32)
+    above = tf.gather(per_position, high, batch_dims=batch_dims)
+    return below * (1.0 - weight) + above * weight

@@ -1,0 +1,99 @@
+import numpy as np
+import pytest
+import tensorflow as tf
+from layer_checks import check_layer
+
+from keras_posenc import ContextualPosition, RelativeMultiHeadAttention
+
+
+def sigmoid(x):
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+def cope_oracle(queries, logits, mask, embeddings, max_position):
+    """Golovneva et al. 2024: p_ij = sum_{t=j..i} sigmoid(q_i . k_t) (masked
+    keys count 0), clamped; q_i . e interpolated between floor and ceil of p."""
+    gates = sigmoid(logits.astype("float64")) * mask  # (B, N, T, S)
+    positions = np.minimum(
+        np.cumsum(gates[..., ::-1], axis=-1)[..., ::-1], max_position
+    )
+    per_position = np.einsum("btnh,hp->bntp", queries.astype("float64"), embeddings)
+    low, high = np.floor(positions).astype(int), np.ceil(positions).astype(int)
+    weight = positions - low
+    below = np.take_along_axis(per_position, low, axis=-1)
+    above = np.take_along_axis(per_position, high, axis=-1)
+    return below * (1 - weight) + above * weight, positions
+
+
+def test_layer_checks(tmp_path):
+    x = np.random.normal(size=(2, 6, 8)).astype("float32")
+    check_layer(
+        lambda **kw: RelativeMultiHeadAttention(
+            2, 4, contextual_position=ContextualPosition(max_position=4), **kw
+        ),
+        [x, x],
+        tmp_path,
+        num_weights=2 * 4 + 1,  # q, k, v, output Dense + the embeddings
+        expected_output_shape=(2, 6, 8),
+        call_kwargs={"use_causal_mask": True},
+        padding_invariant=False,  # causal: the padded last token reads all
+    )
+
+
+@pytest.mark.parametrize("max_position", [2, 16])
+def test_term_is_the_papers_interpolated_count(max_position):
+    rng = np.random.default_rng(0)
+    queries = rng.normal(size=(2, 5, 3, 4)).astype("float32")  # (B, T, N, H)
+    logits = rng.normal(size=(2, 3, 5, 7)).astype("float32") * 2  # (B, N, T, S)
+    mask = np.tril(np.ones((5, 7), bool), k=2)[None, None]  # keys j <= i + 2
+    cope = ContextualPosition(max_position=max_position)
+    cope.build(queries.shape)
+    embeddings = rng.normal(size=(4, max_position + 1)).astype("float32")
+    cope.embeddings.assign(embeddings)
+    got = cope(tf.constant(queries), tf.constant(logits), tf.constant(mask)).numpy()
+    want, positions = cope_oracle(queries, logits, mask, embeddings, max_position)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        cope.positions(logits, mask).numpy(), positions, atol=1e-5
+    )
+    assert positions.max() <= max_position and np.all(positions[..., :1] >= 0)
+
+
+def test_positions_count_what_the_gates_open_on():
+    """Gates open (logit +20) only on marked keys: a position counts marks."""
+    marked = np.array([1, 0, 0, 1, 0, 1, 0, 0], bool)
+    logits = np.where(marked, 20.0, -20.0)[None, None, None, :].astype("float32")
+    logits = np.broadcast_to(logits, (1, 1, 8, 8))
+    causal = np.tril(np.ones((8, 8), bool))[None, None]
+    positions = ContextualPosition().positions(logits, causal).numpy()[0, 0]
+    # The last query: keys from j to 7 hold 3, 2, 2, 2, 1, 1, 0, 0 marks.
+    np.testing.assert_allclose(positions[7], [3, 2, 2, 2, 1, 1, 0, 0], atol=1e-6)
+    assert np.all(positions[np.triu_indices(8, 1)] == 0)  # masked keys count 0
+
+
+def test_cached_steps_equal_the_whole_sequence():
+    """Cope holds no state: each query recounts over the cached keys."""
+    tf.keras.utils.set_random_seed(0)
+    attention = RelativeMultiHeadAttention(
+        2, 4, contextual_position=ContextualPosition(max_position=3)
+    )
+    x = tf.random.normal((2, 6, 8))
+    full = attention(x, use_causal_mask=True).numpy()
+    cache = tf.zeros((2, 2, 8, 2, 4))
+    out, cache = attention(x[:, :2], cache=cache, cache_update_index=0)
+    steps = [out.numpy()]
+    for t in range(2, 6):
+        out, cache = attention(x[:, t : t + 1], cache=cache, cache_update_index=t)
+        steps.append(out.numpy())
+    np.testing.assert_allclose(np.concatenate(steps, axis=1), full, atol=1e-5)
+
+
+def test_bad_arguments_are_refused():
+    with pytest.raises(ValueError, match="`max_position` must be an integer >= 1"):
+        ContextualPosition(max_position=0)
+    with pytest.raises(TypeError, match="`contextual_position` must be a Contextual"):
+        RelativeMultiHeadAttention(2, 4, contextual_position="cope")
+    with pytest.raises(ValueError, match="`contextual_position` must be None with"):
+        RelativeMultiHeadAttention(
+            2, 4, attention_window=4, contextual_position=ContextualPosition()
+        )
