@@ -20,7 +20,16 @@ from keras_posenc.models import POSITION_METHODS, build_causal_lm
 SCALES = (1, 2, 4, 8)
 #: The positions computed from content (and learned kernels) of
 #: `run_content`, beside the static ones they are measured against.
-CONTENT_METHODS = ("alibi", "t5", "dynamic_bias", "rope", "kerple", "fire", "fox")
+CONTENT_METHODS = (
+    "alibi",
+    "t5",
+    "dynamic_bias",
+    "rope",
+    "kerple",
+    "fire",
+    "fox",
+    "cope",
+)
 #: Seeds of `run_content` (one with --quick).
 SEEDS = (0, 1, 2)
 SMOKE = "; --quick: a smoke run, not a result"
