@@ -6,6 +6,7 @@ from types import SimpleNamespace
 
 from benchmarks import (
     accuracy,
+    content,
     edge,
     lm,
     lm_edge,
@@ -26,6 +27,7 @@ BENCHMARKS = {
     "memory": memory,
     "edge": edge,
     "accuracy": accuracy,
+    "content": content,
     "rope": rope,
     "lm": lm,
     "lm_content": SimpleNamespace(run=lm.run_content),

@@ -43,3 +43,47 @@ def make_task(name, num_examples, length, vocab_size=10, offset=3, seed=0):
     else:
         labels = np.where(np.arange(length)[None, :] % 2 == 0, relative, absolute)
     return tokens, labels.astype("int32")
+
+
+#: The sentence end of `sentence_task` (words are `2 .. vocab_size - 1`).
+MARKER = 1
+
+
+def sentence_task(
+    num_examples, length, min_words=1, max_words=4, vocab_size=10, seed=0
+):
+    """A position defined by content: the first word of the previous sentence.
+
+    Sentences of `min_words .. max_words` random words, each ended by
+    `MARKER`, fill `length` tokens. At every token the label is the first
+    word of the sentence before the token's own (a marker belongs to the
+    sentence it ends), 0 while there is none: "one sentence back" is a fixed
+    count of markers, not a fixed distance, so a model that counts tokens
+    must infer the distance from the content (CoPE's setting, Golovneva et
+    al. 2024). Longer sentences at test time (`min_words`, `max_words`) move
+    every answer further away without changing the rule.
+
+    Returns:
+        `(tokens, labels)`, int32 arrays `(N, T)`; labels lie in
+        `[0, vocab_size)`.
+    """
+    if not 1 <= min_words <= max_words:
+        raise ValueError(
+            "`min_words` must be >= 1 and <= max_words. Received: "
+            f"min_words={min_words}, max_words={max_words}"
+        )
+    if vocab_size < 3:
+        raise ValueError(f"`vocab_size` must be >= 3. Received: {vocab_size}")
+    rng = np.random.default_rng(seed)
+    tokens = np.zeros((num_examples, length), "int32")
+    labels = np.zeros((num_examples, length), "int32")
+    for row in range(num_examples):
+        t, previous_first = 0, 0
+        while t < length:
+            words = rng.integers(2, vocab_size, rng.integers(min_words, max_words + 1))
+            sentence = list(words) + [MARKER]
+            for token in sentence[: length - t]:
+                tokens[row, t], labels[row, t] = token, previous_first
+                t += 1
+            previous_first = int(words[0])
+    return tokens, labels

@@ -34,3 +34,23 @@ def test_digits_patches_rebuild_the_images():
     image = load_digits().images[order[0]] / 16.0
     np.testing.assert_allclose(x[0, 0], image[:2, :2].ravel())  # top-left patch
     np.testing.assert_allclose(x[0, 1], image[:2, 2:4].ravel())  # its right neighbour
+
+
+def test_sentence_task_labels_the_first_word_of_the_previous_sentence():
+    tokens, labels = synthetic.sentence_task(20, 30, min_words=2, max_words=5, seed=3)
+    marker = synthetic.MARKER
+    for row_tokens, row_labels in zip(tokens, labels):
+        starts = [0] + [t + 1 for t in range(29) if row_tokens[t] == marker]
+        for t in range(30):
+            sentence = sum(start <= t for start in starts) - 1  # its own sentence
+            want = row_tokens[starts[sentence - 1]] if sentence > 0 else 0
+            assert row_labels[t] == want, (t, row_tokens, row_labels)
+        lengths = np.diff(starts) - 1  # words per complete sentence
+        assert np.all((lengths >= 2) & (lengths <= 5))
+
+
+def test_sentence_task_refuses_bad_sentence_lengths():
+    with pytest.raises(ValueError, match="`min_words` must be >= 1 and <= max_words"):
+        synthetic.sentence_task(2, 8, min_words=3, max_words=2)
+    with pytest.raises(ValueError, match="`vocab_size` must be >= 3"):
+        synthetic.sentence_task(2, 8, vocab_size=2)
