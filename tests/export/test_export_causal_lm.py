@@ -73,24 +73,28 @@ def test_a_shared_bias_lm_generates_in_litert_as_in_keras():
 @pytest.mark.parametrize(
     "position, match", [("fox", "LOG .*CUMSUM"), ("cope", "FLOOR and CEIL")]
 )
-def test_float_only_methods_generate_in_tflm_at_float32_and_refuse_int8(
-    position, match
-):
-    """No integer kernels: refused at int8 before converting; float32 runs in
-    LiteRT and TFLM (fox: the step adds this token's log gate to the cached
-    sum; cope: each step recounts over the cached keys)."""
-    pytest.importorskip("tflite_micro", reason="needs tflite-micro (TFLM)")
+def test_float_only_methods_refuse_an_int8_lm_before_converting(position, match):
     model = lm(position, max_length=32)
     for target in ("litert", "tflm"):
         with pytest.raises(ExportError, match=f"{match}.*mode='float32'"):
             convert_causal_lm(model, calibration(), mode="int8", target=target)
-    model_bytes = convert_causal_lm(
-        model, calibration(), mode="float32", max_length=16, target="tflm"
-    )
-    np.testing.assert_array_equal(
-        generate_tflite(model_bytes, PROMPTS, 9, runtime="tflm"),
-        model.generate(PROMPTS, 9),
-    )
+
+
+if IS_KERAS_3:  # the TFLite graph is the same TensorFlow ops in either mode
+
+    @pytest.mark.parametrize("position", ["fox", "cope"])
+    def test_float_only_methods_generate_in_tflm_at_float32(position):
+        """float32 runs in LiteRT and TFLM (fox: the step adds this token's log
+        gate to the cached sum; cope: each step recounts over the cached keys)."""
+        pytest.importorskip("tflite_micro", reason="needs tflite-micro (TFLM)")
+        model = lm(position, max_length=32)
+        model_bytes = convert_causal_lm(
+            model, calibration(), mode="float32", max_length=16, target="tflm"
+        )
+        np.testing.assert_array_equal(
+            generate_tflite(model_bytes, PROMPTS, 9, runtime="tflm"),
+            model.generate(PROMPTS, 9),
+        )
 
 
 def operator_names(model_bytes):
