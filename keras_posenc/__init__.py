@@ -2,11 +2,21 @@
 
 The root holds the public layers and the role namespaces, as keras-hub's:
 `keras_posenc.layers`, `keras_posenc.models`, `keras_posenc.ops`,
-`keras_posenc.data`, `keras_posenc.training`, `keras_posenc.generation` and
+`keras_posenc.data`, `keras_posenc.training`, `keras_posenc.generation`,
+`keras_posenc.samplers` and
 `keras_posenc.utils` (`keras_posenc.viz` needs matplotlib: import it by name).
 """
 
-from keras_posenc import data, generation, layers, models, ops, training, utils
+from keras_posenc import (
+    data,
+    generation,
+    layers,
+    models,
+    ops,
+    samplers,
+    training,
+    utils,
+)
 from keras_posenc._compat import IS_KERAS_3
 from keras_posenc.layers import (
     ActivationRange,
@@ -64,6 +74,7 @@ __all__ = [
     "layers",
     "models",
     "ops",
+    "samplers",
     "training",
     "utils",
 ]

@@ -9,13 +9,14 @@ import numbers
 
 import numpy as np
 
-from keras_posenc import _checks
+from keras_posenc import _checks, samplers
 
-#: The samplers `generate` takes.
-SAMPLERS = ("greedy", "top_k", "top_p")
+#: The samplers `generate` takes by name (`keras_posenc.samplers.SAMPLERS`);
+#: a `keras_posenc.samplers.Sampler` instance is taken too.
+SAMPLERS = tuple(samplers.SAMPLERS)
 #: The smallest `temperature`: below it the scaled logits overflow float64
 #: (use `sampler="greedy"` for the limit of a temperature going to 0).
-MIN_TEMPERATURE = 1e-6
+MIN_TEMPERATURE = samplers.MIN_TEMPERATURE
 
 
 def check_prompts(prompt_ids, pad_token_id=0):
@@ -84,12 +85,15 @@ def sampling_options(
 ):
     """The checked decoding arguments of `generate`, as `generate_tokens` takes them.
 
-    A plain dict of Python values (JSON-serialisable; NumPy scalars are
-    accepted wherever Python numbers are), so one set of arguments is
-    validated once and passed on whole, to a Keras loop or to an interpreter's.
+    A plain dict of Python values (JSON-serialisable, but for a `Sampler`
+    instance, which `samplers.serialize` turns into JSON for a child process;
+    NumPy scalars are accepted wherever Python numbers are), so one set of
+    arguments is validated once and passed on whole, to a Keras loop or to an
+    interpreter's.
     """
     max_new_tokens = _checks.positive_int("max_new_tokens", max_new_tokens)
-    _checks.choice("sampler", sampler, SAMPLERS)
+    if not isinstance(sampler, samplers.Sampler):
+        _checks.choice("sampler", sampler, SAMPLERS)
     temperature = _checks.positive_float("temperature", temperature)
     if temperature < MIN_TEMPERATURE:
         _checks.fail(
@@ -148,25 +152,10 @@ def _stop_tokens(value):
 def sample(logits, sampler, temperature, top_k, top_p, rng):
     """Next tokens `(B,)` from float logits `(B, V)` (NumPy).
 
-    `rng` is a NumPy `Generator` for every row, or a list of one per row.
+    `sampler` is a name, a `Sampler` or `samplers.serialize`'s dict; `rng` a
+    NumPy `Generator` for every row, or a list of one per row.
     """
-    logits = np.asarray(logits, dtype=np.float64)
-    if sampler == "greedy":
-        return np.argmax(logits, axis=-1).astype(np.int32)
-    logits = logits / temperature
-    order = np.argsort(-logits, axis=-1, kind="stable")  # best first
-    ranked = np.take_along_axis(logits, order, axis=-1)
-    probs = np.exp(ranked - ranked[:, :1])
-    probs /= probs.sum(axis=-1, keepdims=True)
-    if sampler == "top_k":
-        keep = np.arange(probs.shape[-1])[None, :] < top_k
-    else:  # the smallest head of the ranking whose mass reaches top_p
-        keep = np.cumsum(probs, axis=-1) - probs < top_p
-    probs = np.where(keep, probs, 0.0)
-    probs /= probs.sum(axis=-1, keepdims=True)
-    rngs = [rng] * len(probs) if isinstance(rng, np.random.Generator) else rng
-    picks = [r.choice(len(row), p=row) for row, r in zip(probs, rngs)]
-    return order[np.arange(len(picks)), picks].astype(np.int32)
+    return samplers.get(sampler, temperature, top_k, top_p)(logits, rng)
 
 
 def generate_tokens(
@@ -193,9 +182,10 @@ def generate_tokens(
     `pad_token_id` (any integer, -1 included: a finished row feeds the model
     token 0, whose logits are never read). Each row samples from its own
     random stream, seeded by `(seed, row)` with `rows` the rows' indices in
-    the caller's batch (default `0 .. B-1`), so a row's tokens do not depend
-    on the batch it is decoded in and equal prompts still draw different
-    samples.
+    the caller's batch (default `0 .. B-1`), and draws only when it takes a
+    new token, so a row's tokens do not depend on the batch it is decoded in
+    (nor on the other prompts' lengths) and equal prompts still draw
+    different samples.
     """
     batch, prompt_length = prompts.shape
     total = prompt_length + max_new_tokens
@@ -207,11 +197,18 @@ def generate_tokens(
     end = lengths + max_new_tokens  # first slot after each row's new tokens
     done = np.zeros(batch, dtype=bool)
     start = int(lengths.min())
+    chooser = samplers.get(sampler, temperature, top_k, top_p)
     logits = prefill(out[:, :start])
     for t in range(start, total):
-        chosen = sample(logits, sampler, temperature, top_k, top_p, rngs)
         prompted = t < lengths
         active = ~prompted & ~done & (t < end)
+        # Only rows that take a new token draw: a row's stream then does not
+        # depend on the other prompts' lengths (it equals decoding it alone).
+        chosen = np.zeros(batch, dtype=np.int32)
+        drawing = np.flatnonzero(active)
+        if drawing.size:
+            picked = [rngs[i] for i in drawing]
+            chosen[drawing] = chooser(np.asarray(logits)[drawing], picked)
         out[:, t] = np.where(
             prompted, out[:, t], np.where(active, chosen, pad_token_id)
         )

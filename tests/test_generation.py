@@ -85,14 +85,17 @@ def test_bad_sampling_arguments_name_the_argument(kwargs, error):
         generation.sampling_options(3, **kwargs)
 
 
-def test_every_row_draws_from_its_own_seeded_stream():
-    prompts, lengths = generation.check_prompts([[1, 2]] * 3)
+@pytest.mark.parametrize("rows", [[[1, 2]] * 3, [[1, 2, 3, 4, 5], [1], [2, 3]]])
+def test_every_row_draws_from_its_own_seeded_stream(rows):
+    prompts, lengths = generation.check_prompts(rows)
     prefill, step = uniform_steps()
     options = generation.sampling_options(12, "top_k", top_k=7, seed=4)
     batch = generation.generate_tokens(prefill, step, prompts, lengths, **options)
-    # Equal prompts, one seed: three different samples, not one sample thrice.
+    # One seed: three different samples, not one sample thrice.
     assert len({tuple(row) for row in batch}) == 3
-    # A row decoded alone (as the interpreters do) draws what it drew in the batch.
+    # A row decoded alone (as the interpreters do) draws what it drew in the
+    # batch, whatever the other prompts' lengths (a row draws only when it
+    # takes a new token).
     for b in range(3):
         alone = generation.generate_tokens(
             prefill, step, prompts[b : b + 1], lengths[b : b + 1], rows=(b,), **options

@@ -10,7 +10,7 @@ import re
 
 import numpy as np
 
-from keras_posenc import generation
+from keras_posenc import generation, samplers
 from tflite_export._child import run_worker
 from tflite_export.contract import device_contract
 from tflite_export.verify import dequantize
@@ -44,7 +44,9 @@ def generate_tflite(
         runtime: `"litert"` or `"tflm"` (run in a subprocess, which an
             unsupported op cannot take down with the caller).
         sampler, temperature, top_k, top_p, seed, stop_token_ids,
-        pad_token_id: as `CausalLM.generate`.
+        pad_token_id: as `CausalLM.generate` (for `runtime="tflm"` a
+            `Sampler` instance crosses to the child process by
+            `keras_posenc.samplers.serialize`: its class must be importable).
 
     Returns:
         An int32 NumPy array, laid out as `CausalLM.generate`'s.
@@ -217,6 +219,16 @@ def _fail(name, expectation, value):
 
 #: Seconds a TFLM generation subprocess may run.
 TFLM_GENERATE_TIMEOUT_SECONDS = 600
+
+
+def _portable(options):
+    """`options` as JSON can carry them: a `Sampler` instance serialized."""
+    sampler = options["sampler"]
+    if isinstance(sampler, samplers.Sampler):
+        return dict(options, sampler=samplers.serialize(sampler))
+    return options
+
+
 #: TFLM log lines that say why a model did not run.
 TFLM_CAUSE = re.compile(r"Didn't find op|failed to prepare|not supported|!=")
 
@@ -231,7 +243,7 @@ def tflm_generation(model_bytes, prompts, lengths, options):
         "model": np.frombuffer(bytes(model_bytes), np.uint8),
         "prompts": prompts,
         "lengths": lengths,
-        "options": np.array(json.dumps(options)),
+        "options": np.array(json.dumps(_portable(options))),
     }
     results, log, code = run_worker(
         "tflite_export._tflm_generation", arrays, TFLM_GENERATE_TIMEOUT_SECONDS

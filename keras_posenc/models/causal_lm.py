@@ -283,7 +283,9 @@ class CausalLM(keras.Model):
                 different lengths (right-padded with `pad_token_id`; each row
                 continues right after its own prompt, at its true positions).
             max_new_tokens: int >= 1, new tokens per row.
-            sampler: `"greedy"`, `"top_k"` or `"top_p"` (nucleus).
+            sampler: `"greedy"`, `"random"`, `"top_k"` or `"top_p"`
+                (nucleus), or a `keras_posenc.samplers.Sampler` instance
+                (then `temperature`, `top_k` and `top_p` are its own).
             temperature: float > 0, divides the logits before sampling.
             top_k: int >= 1, the candidates of `"top_k"`.
             top_p: float in (0, 1], the probability mass of `"top_p"`.

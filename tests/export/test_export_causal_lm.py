@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_posenc import IS_KERAS_3
+from keras_posenc import IS_KERAS_3, samplers
 from keras_posenc.models import POSITION_METHODS, build_causal_lm
 from tflite_export import ExportError, convert_causal_lm, generate_tflite
 from tflite_export.generate import Decoder
@@ -94,6 +94,12 @@ if IS_KERAS_3:  # the TFLite graph is the same TensorFlow ops in either mode
         np.testing.assert_array_equal(
             generate_tflite(model_bytes, PROMPTS, 9, runtime="tflm"),
             model.generate(PROMPTS, 9),
+        )
+        # A sampler instance crosses to the TFLM child process and draws alike.
+        top_k = dict(sampler=samplers.TopKSampler(k=4, temperature=2.0), seed=3)
+        np.testing.assert_array_equal(
+            generate_tflite(model_bytes, PROMPTS, 9, runtime="tflm", **top_k),
+            model.generate(PROMPTS, 9, **top_k),
         )
 
 

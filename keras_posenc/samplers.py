@@ -1,0 +1,196 @@
+"""Samplers: the next tokens from logits, one small class per rule.
+
+`CausalLM.generate`, `tflite_export.generate_tflite` and the TFLM worker's
+loop take `sampler=` as a name in `SAMPLERS` or as a `Sampler` instance, so
+adding a sampler is adding a class (as keras-hub's `Sampler.get_next_token`).
+Samplers work on NumPy float64 logits `(B, V)` and one NumPy `Generator` per
+row, so a row's draws do not depend on the batch it is decoded in.
+"""
+
+import importlib
+
+import numpy as np
+
+from keras_posenc import _checks
+
+
+class Sampler:
+    """Base class: `sampler(logits (B, V), rngs) -> (B,) int32` next tokens.
+
+    A subclass implements `next_tokens(logits, rngs)` (float64 logits, one
+    `numpy.random.Generator` per row) and, when its constructor takes
+    arguments, `get_config()` returning them, so a sampler crosses to a
+    TFLM child process as `serialize(sampler)` (its class must then be
+    importable: defined in a module, not in `__main__`).
+
+    Example:
+
+    >>> import numpy as np
+    >>> from keras_posenc import samplers
+    >>> class Lowest(samplers.Sampler):
+    ...     def next_tokens(self, logits, rngs):
+    ...         return np.argmin(logits, axis=-1).astype(np.int32)
+    >>> Lowest()(np.array([[0.1, -3.0, 2.0]]), [np.random.default_rng(0)])
+    array([1], dtype=int32)
+    """
+
+    def __call__(self, logits, rngs):
+        logits = np.asarray(logits, dtype=np.float64)
+        if isinstance(rngs, np.random.Generator):
+            rngs = [rngs] * len(logits)
+        return np.asarray(self.next_tokens(logits, rngs), dtype=np.int32)
+
+    def next_tokens(self, logits, rngs):
+        raise NotImplementedError(
+            f"{type(self).__name__} must define next_tokens(logits, rngs)"
+        )
+
+    def get_config(self):
+        return {}
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(**config)
+
+
+class GreedySampler(Sampler):
+    """The most likely token (ties: the lowest id)."""
+
+    def next_tokens(self, logits, rngs):
+        return np.argmax(logits, axis=-1)
+
+
+class RandomSampler(Sampler):
+    """A draw from `softmax(logits / temperature)` over the kept tokens.
+
+    Subclasses narrow the candidates with `keep(probabilities)` on the
+    probabilities ranked best first.
+
+    Args:
+        temperature: float >= 1e-6, divides the logits. Defaults to `1.0`.
+    """
+
+    def __init__(self, temperature=1.0):
+        temperature = _checks.positive_float("temperature", temperature)
+        if temperature < MIN_TEMPERATURE:
+            _checks.fail(
+                "temperature",
+                f"a number >= {MIN_TEMPERATURE}",
+                temperature,
+                fix="Use sampler='greedy' for the most likely token",
+            )
+        self.temperature = temperature
+
+    def next_tokens(self, logits, rngs):
+        logits = logits / self.temperature
+        order = np.argsort(-logits, axis=-1, kind="stable")  # best first
+        ranked = np.take_along_axis(logits, order, axis=-1)
+        probs = np.exp(ranked - ranked[:, :1])
+        probs /= probs.sum(axis=-1, keepdims=True)
+        probs = np.where(self.keep(probs), probs, 0.0)
+        probs /= probs.sum(axis=-1, keepdims=True)
+        picks = [r.choice(len(row), p=row) for row, r in zip(probs, rngs)]
+        return order[np.arange(len(picks)), picks]
+
+    def keep(self, probabilities):
+        """Boolean `(B, V)`: which ranked candidates may be drawn (all)."""
+        return np.ones_like(probabilities, dtype=bool)
+
+    def get_config(self):
+        return {"temperature": self.temperature}
+
+
+class TopKSampler(RandomSampler):
+    """A draw among the `k` most likely tokens.
+
+    Args:
+        k: int >= 1. Defaults to `50`.
+        temperature: as `RandomSampler`. Defaults to `1.0`.
+    """
+
+    def __init__(self, k=50, temperature=1.0):
+        super().__init__(temperature)
+        self.k = _checks.positive_int("top_k", k)
+
+    def keep(self, probabilities):
+        return np.arange(probabilities.shape[-1])[None, :] < self.k
+
+    def get_config(self):
+        return {"k": self.k, **super().get_config()}
+
+
+class TopPSampler(RandomSampler):
+    """A draw from the smallest head of the ranking whose mass reaches `p` (nucleus).
+
+    Args:
+        p: float in (0, 1]. Defaults to `0.9`.
+        temperature: as `RandomSampler`. Defaults to `1.0`.
+    """
+
+    def __init__(self, p=0.9, temperature=1.0):
+        super().__init__(temperature)
+        if isinstance(p, bool) or not isinstance(p, (int, float, np.floating)):
+            _checks.fail("top_p", "a float in (0, 1]", p, error=TypeError)
+        if not 0.0 < p <= 1.0:
+            _checks.fail("top_p", "a float in (0, 1]", p)
+        self.p = float(p)
+
+    def keep(self, probabilities):
+        return np.cumsum(probabilities, axis=-1) - probabilities < self.p
+
+    def get_config(self):
+        return {"p": self.p, **super().get_config()}
+
+
+#: The smallest `temperature`: below it the scaled logits overflow float64.
+MIN_TEMPERATURE = 1e-6
+#: The samplers `generate` takes by name.
+SAMPLERS = {
+    "greedy": GreedySampler,
+    "random": RandomSampler,
+    "top_k": TopKSampler,
+    "top_p": TopPSampler,
+}
+
+
+def get(sampler, temperature=1.0, top_k=50, top_p=0.9):
+    """A `Sampler` from a name (built with the arguments it reads), an
+    instance (returned as is) or `serialize`'s dict."""
+    if isinstance(sampler, Sampler):
+        return sampler
+    if isinstance(sampler, dict):
+        return deserialize(sampler)
+    if sampler not in SAMPLERS:
+        _checks.fail("sampler", f"one of {tuple(SAMPLERS)} or a Sampler", sampler)
+    if sampler == "greedy":
+        return GreedySampler()
+    if sampler == "top_k":
+        return TopKSampler(top_k, temperature)
+    if sampler == "top_p":
+        return TopPSampler(top_p, temperature)
+    return RandomSampler(temperature)
+
+
+def serialize(sampler):
+    """`{"module", "class_name", "config"}` (JSON) of a sampler instance."""
+    cls = type(sampler)
+    if cls.__module__ == "__main__":
+        _checks.fail(
+            "sampler",
+            "a Sampler whose class a child process can import (defined in a "
+            "module, not in __main__)",
+            sampler,
+        )
+    return {
+        "module": cls.__module__,
+        "class_name": cls.__qualname__,
+        "config": sampler.get_config(),
+    }
+
+
+def deserialize(config):
+    """The sampler `serialize` described (its module is imported)."""
+    cls = importlib.import_module(config["module"])
+    for name in config["class_name"].split("."):
+        cls = getattr(cls, name)
+    return cls.from_config(config["config"])
