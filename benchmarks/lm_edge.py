@@ -17,7 +17,8 @@ LENGTHS = (128, 256, 512)
 
 
 def measure(position, max_length):
-    """`(flash bytes, arena bytes)` of the int8 TFLM decode step."""
+    """`(flash bytes, arena bytes)` of the int8 TFLM decode step, or None for a
+    method with no integer kernels (`tflite_export.integer_blockers`)."""
     tf.keras.utils.set_random_seed(0)
     model = build_causal_lm(
         256,
@@ -27,6 +28,8 @@ def measure(position, max_length):
         position=position,
         max_length=max_length,
     )
+    if tflite_export.integer_blockers(model):
+        return None
     calibration = np.random.default_rng(0).integers(1, 256, (8, 32))
     model_bytes = tflite_export.convert_causal_lm(
         model, calibration, max_length=max_length, target="tflm"
@@ -42,6 +45,10 @@ def run(quick):
     rows = []
     for position in methods:
         cells = [measure(position, length) for length in lengths]
+        if cells[0] is None:
+            refused = "refused at int8 (float32 only)"
+            rows.append([position] + [refused] * len(lengths) + ["n/a"])
+            continue
         rows.append(
             [position]
             + [f"{size:,} / {arena:,}" for size, arena in cells]
