@@ -57,6 +57,24 @@ def fit(model, x, y, validation, run, batch_size=128):
     return len(history.history["loss"])
 
 
+def token_classifier(position, max_length, seed, attention_window=None):
+    """The synthetic tasks' compiled model: 10 labels, D=32, 2 layers, 4 heads."""
+    keras.utils.set_random_seed(seed)
+    return recipes.compile_classifier(
+        models.build_token_classifier(
+            10,
+            vocab_size=10,
+            hidden_dim=32,
+            num_heads=4,
+            num_layers=2,
+            position=position,
+            max_length=max_length,
+            attention_window=attention_window,
+        ),
+        3e-3,
+    )
+
+
 def synthetic_rows(run):
     rows, scores = [], {}
     for task in synthetic.TASKS:
@@ -68,20 +86,7 @@ def synthetic_rows(run):
         for position, method, window in variants:
             accuracy, epochs = [], []
             for seed in run["seeds"]:
-                keras.utils.set_random_seed(seed)
-                model = recipes.compile_classifier(
-                    models.build_token_classifier(
-                        10,
-                        vocab_size=10,
-                        hidden_dim=32,
-                        num_heads=4,
-                        num_layers=2,
-                        position=method,
-                        max_length=8 * LENGTH,
-                        attention_window=window,
-                    ),
-                    3e-3,
-                )
+                model = token_classifier(method, 8 * LENGTH, seed, window)
                 epochs.append(fit(model, x, y, validation, run))
                 accuracy.append(
                     [

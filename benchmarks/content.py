@@ -9,14 +9,12 @@ that have a previous sentence.
 """
 
 import numpy as np
-import tensorflow as tf
 
 from benchmarks._common import summary, write
-from benchmarks.accuracy import fit, settings, stopping
+from benchmarks.accuracy import fit, settings, stopping, token_classifier
 from keras_posenc import models
-from keras_posenc.data import recipes, synthetic
+from keras_posenc.data import synthetic
 
-keras = tf.keras
 LENGTH = 24
 #: `(column, length, min_words, max_words)` of the test sets.
 TESTS = (("same spacing", LENGTH, 1, 4), ("3-8 words, T=48", 2 * LENGTH, 3, 8))
@@ -37,19 +35,7 @@ def run(quick):
     for position in models.POSITION_METHODS:
         scores, epochs = [], []
         for seed in setting["seeds"]:
-            keras.utils.set_random_seed(seed)
-            model = recipes.compile_classifier(
-                models.build_token_classifier(
-                    10,
-                    vocab_size=10,
-                    hidden_dim=32,
-                    num_heads=4,
-                    num_layers=2,
-                    position=position,
-                    max_length=2 * LENGTH,
-                ),
-                3e-3,
-            )
+            model = token_classifier(position, 2 * LENGTH, seed)
             epochs.append(fit(model, x, y, validation, setting))
             scores.append([accuracy(model, *test[1:]) for test in TESTS])
         scores = np.asarray(scores)  # (seeds, tests)

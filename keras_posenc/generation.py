@@ -94,19 +94,9 @@ def sampling_options(
     max_new_tokens = _checks.positive_int("max_new_tokens", max_new_tokens)
     if not isinstance(sampler, samplers.Sampler):
         _checks.choice("sampler", sampler, SAMPLERS)
-    temperature = _checks.positive_float("temperature", temperature)
-    if temperature < MIN_TEMPERATURE:
-        _checks.fail(
-            "temperature",
-            f"a number >= {MIN_TEMPERATURE}",
-            temperature,
-            fix="Use sampler='greedy' for the most likely token",
-        )
+    temperature = samplers.check_temperature(temperature)
     top_k = _checks.positive_int("top_k", top_k)
-    if isinstance(top_p, bool) or not isinstance(top_p, numbers.Real):
-        _checks.fail("top_p", "a float in (0, 1]", top_p, error=TypeError)
-    if not 0.0 < top_p <= 1.0:
-        _checks.fail("top_p", "a float in (0, 1]", top_p)
+    top_p = samplers.check_top_p(top_p)
     if seed is not None:
         seed = _checks.positive_int("seed", seed, minimum=0)
     return dict(
@@ -114,7 +104,7 @@ def sampling_options(
         sampler=sampler,
         temperature=temperature,
         top_k=top_k,
-        top_p=float(top_p),
+        top_p=top_p,
         seed=seed,
         stop_token_ids=_stop_tokens(stop_token_ids),
         pad_token_id=_integer("pad_token_id", pad_token_id),

@@ -8,6 +8,7 @@ row, so a row's draws do not depend on the batch it is decoded in.
 """
 
 import importlib
+import numbers
 
 import numpy as np
 
@@ -71,15 +72,7 @@ class RandomSampler(Sampler):
     """
 
     def __init__(self, temperature=1.0):
-        temperature = _checks.positive_float("temperature", temperature)
-        if temperature < MIN_TEMPERATURE:
-            _checks.fail(
-                "temperature",
-                f"a number >= {MIN_TEMPERATURE}",
-                temperature,
-                fix="Use sampler='greedy' for the most likely token",
-            )
-        self.temperature = temperature
+        self.temperature = check_temperature(temperature)
 
     def next_tokens(self, logits, rngs):
         logits = logits / self.temperature
@@ -129,11 +122,7 @@ class TopPSampler(RandomSampler):
 
     def __init__(self, p=0.9, temperature=1.0):
         super().__init__(temperature)
-        if isinstance(p, bool) or not isinstance(p, (int, float, np.floating)):
-            _checks.fail("top_p", "a float in (0, 1]", p, error=TypeError)
-        if not 0.0 < p <= 1.0:
-            _checks.fail("top_p", "a float in (0, 1]", p)
-        self.p = float(p)
+        self.p = check_top_p(p)
 
     def keep(self, probabilities):
         return np.cumsum(probabilities, axis=-1) - probabilities < self.p
@@ -151,6 +140,28 @@ SAMPLERS = {
     "top_k": TopKSampler,
     "top_p": TopPSampler,
 }
+
+
+def check_temperature(temperature):
+    """`temperature` as a float >= `MIN_TEMPERATURE`, or the error naming it."""
+    temperature = _checks.positive_float("temperature", temperature)
+    if temperature < MIN_TEMPERATURE:
+        _checks.fail(
+            "temperature",
+            f"a number >= {MIN_TEMPERATURE}",
+            temperature,
+            fix="Use sampler='greedy' for the most likely token",
+        )
+    return temperature
+
+
+def check_top_p(top_p):
+    """`top_p` as a float in (0, 1], or the error naming it."""
+    if isinstance(top_p, bool) or not isinstance(top_p, numbers.Real):
+        _checks.fail("top_p", "a float in (0, 1]", top_p, error=TypeError)
+    if not 0.0 < top_p <= 1.0:
+        _checks.fail("top_p", "a float in (0, 1]", top_p)
+    return float(top_p)
 
 
 def get(sampler, temperature=1.0, top_k=50, top_p=0.9):

@@ -3,7 +3,7 @@
 import tensorflow as tf
 
 from keras_posenc import ops
-from keras_posenc._compat import dim, keras
+from keras_posenc._compat import build_sublayer, clone_initializer, dim, keras
 from keras_posenc.layers._positions import resolve_positions
 
 
@@ -62,3 +62,22 @@ class BiasLayer(keras.layers.Layer):
         distinct -= tf.cast(start_index, tf.float32)  # (T + S - 1,)
         row = self.bias_between(tf.zeros([1]), distinct)[:, 0]  # (N, T + S - 1)
         return ops.toeplitz(row, query_length, key_length)  # (N, T, S)
+
+
+def distance_mlp(input_width, hidden_dim, num_hidden, num_heads, kernel_initializer):
+    """Built float32 Dense layers `mlp_0 ..`: `num_hidden` ReLU layers of
+    `hidden_dim`, then one output per head (a producer's MLP of distances)."""
+    layers, width = [], input_width
+    for index in range(num_hidden + 1):
+        last = index == num_hidden
+        layer = keras.layers.Dense(
+            num_heads if last else hidden_dim,
+            activation=None if last else "relu",
+            kernel_initializer=clone_initializer(kernel_initializer),
+            dtype="float32",
+            name=f"mlp_{index}",
+        )
+        build_sublayer(layer, (None, width))
+        layers.append(layer)
+        width = hidden_dim
+    return layers

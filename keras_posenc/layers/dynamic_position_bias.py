@@ -4,8 +4,8 @@ import numpy as np
 import tensorflow as tf
 
 from keras_posenc import _checks, ops
-from keras_posenc._compat import build_sublayer, clone_initializer, keras, register
-from keras_posenc.layers._bias_layer import BiasLayer
+from keras_posenc._compat import keras, register
+from keras_posenc.layers._bias_layer import BiasLayer, distance_mlp
 from keras_posenc.layers._positions import to_coordinates
 
 
@@ -96,20 +96,13 @@ class DynamicPositionBias(BiasLayer):
         self.supports_masking = True
 
     def build(self, query_shape=None, key_shape=None):
-        self.mlp = []
-        width = self.coordinate_dim
-        for index in range(self.num_layers + 1):
-            last = index == self.num_layers
-            layer = keras.layers.Dense(
-                self.num_heads if last else self.hidden_dim,
-                activation=None if last else "relu",
-                kernel_initializer=clone_initializer(self.kernel_initializer),
-                dtype="float32",
-                name=f"mlp_{index}",
-            )
-            build_sublayer(layer, (None, width))
-            width = self.hidden_dim
-            self.mlp.append(layer)
+        self.mlp = distance_mlp(
+            self.coordinate_dim,
+            self.hidden_dim,
+            self.num_layers,
+            self.num_heads,
+            self.kernel_initializer,
+        )
         self.built = True
 
     def get_config(self):

@@ -5,12 +5,10 @@ import tensorflow as tf
 from keras_posenc import _checks, ops
 from keras_posenc._compat import (
     add_float32_weight,
-    build_sublayer,
-    clone_initializer,
     keras,
     register,
 )
-from keras_posenc.layers._bias_layer import BiasLayer
+from keras_posenc.layers._bias_layer import BiasLayer, distance_mlp
 
 
 @register
@@ -93,19 +91,9 @@ class FireBias(BiasLayer):
         self.supports_masking = True
 
     def build(self, query_shape=None, key_shape=None):
-        self.mlp = []
-        for index, (units, activation) in enumerate(
-            ((self.hidden_dim, "relu"), (self.num_heads, None))
-        ):
-            layer = keras.layers.Dense(
-                units,
-                activation=activation,
-                kernel_initializer=clone_initializer(self.kernel_initializer),
-                dtype="float32",
-                name=f"mlp_{index}",
-            )
-            build_sublayer(layer, (None, 1 if index == 0 else self.hidden_dim))
-            self.mlp.append(layer)
+        self.mlp = distance_mlp(
+            1, self.hidden_dim, 1, self.num_heads, self.kernel_initializer
+        )
         self.c = add_float32_weight(
             self, name="c", shape=(), initializer=keras.initializers.Constant(0.1)
         )
