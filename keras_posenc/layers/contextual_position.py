@@ -18,8 +18,11 @@ class ContextualPosition(keras.layers.Layer):
     of its floor and ceiling and is added to the logit. It is not a bias
     producer: it needs the queries and the (masked) logits, which
     `RelativeMultiHeadAttention(contextual_position=...)` hands it (masked
-    keys get gate 0, so padding and the causal mask count nothing). Causal
-    in the paper; without a causal mask the count runs to the last key.
+    keys get gate 0, so padding and the causal mask count nothing). Causal,
+    as in the paper: without a causal mask the count runs to the last key,
+    so an encoder measures positions from the sequence end, not from the
+    query, and learns little from them (`benchmarks/results/
+    content_positions.md`: as `none`).
     Decoding needs no state: each new query recounts over the cached keys
     (O(S) per step). Embeddings start small and random (the paper's code
     starts them at zero, which leaves a fresh model blind to order). Position
