@@ -80,7 +80,7 @@ def test_padding_is_masked_when_mask_zero():
 @pytest.mark.parametrize(
     "kwargs,error,match",
     [
-        ({"position": "cope"}, ValueError, "`position` must be one of"),
+        ({"position": "spiral"}, ValueError, "`position` must be one of"),
         ({"input_dim": 3}, ValueError, "`vocab_size` must be given, or input_dim"),
         ({"vocab_size": None}, ValueError, "`vocab_size` must be given, or input_dim"),
         ({"hidden_dim": 10}, ValueError, "`hidden_dim` must be divisible by"),
