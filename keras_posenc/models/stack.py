@@ -95,6 +95,13 @@ class TransformerStack:
         _check_share_position_bias(
             share_position_bias, position, method, grid_shape, window
         )
+        if window is not None and position not in LOCAL_METHODS:
+            _checks.fail(
+                "attention_window",
+                f"None unless position is in {list(LOCAL_METHODS)} (position="
+                f"{position!r} reads the dense (B, N, T, T) logits or bias)",
+                attention_window,
+            )
         quantize = _checks.boolean("quantize", quantize)
         if quantize and (position not in QUANTIZED_METHODS or window is not None):
             _checks.fail(
@@ -138,13 +145,6 @@ class TransformerStack:
         self.shared_bias = None  # one producer for every attention, or None
         if share_position_bias:
             self.shared_bias = method.bias_layer(heads, "shared", grid_shape, parts)
-        if window is not None and position not in LOCAL_METHODS:
-            _checks.fail(
-                "attention_window",
-                f"None unless position is in {list(LOCAL_METHODS)} (position="
-                f"{position!r} reads the dense (B, N, T, T) logits or bias)",
-                attention_window,
-            )
         self.gates = [method.gate_layer(heads, i, parts) for i in range(layers)]
         self.blocks, self.norms, self.ffn = [], [], []
         for index in range(layers):

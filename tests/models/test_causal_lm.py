@@ -236,9 +236,11 @@ def test_a_prompt_past_the_learned_table_is_refused():
         model.generate([[1, 2, 3]], max_new_tokens=6)
 
 
-@pytest.mark.parametrize("position", ["t5", "clipped", "alibi"])
+@pytest.mark.parametrize(
+    "position", ["t5", "clipped", "alibi", "kerple", "fire", "fox"]
+)
 def test_a_bidirectional_bias_is_refused(position):
-    with pytest.raises(ValueError, match="bidirectional"):
+    with pytest.raises(ValueError, match="without bidirectional=True for position"):
         build_causal_lm(
             VOCAB, position=position, position_options={"bidirectional": True}
         )
