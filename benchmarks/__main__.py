@@ -8,6 +8,7 @@ from benchmarks import (
     accuracy,
     content,
     edge,
+    generate,
     lm,
     lm_edge,
     local,
@@ -32,6 +33,7 @@ BENCHMARKS = {
     "lm": lm,
     "lm_content": SimpleNamespace(run=lm.run_content),
     "lm_edge": lm_edge,
+    "generate": generate,
     "qat": qat,  # both parts; each alone:
     "qat_digits": SimpleNamespace(run=qat.run_digits),
     "qat_lm": SimpleNamespace(run=qat.run_lm),

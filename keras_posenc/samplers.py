@@ -5,6 +5,14 @@ loop take `sampler=` as a name in `SAMPLERS` or as a `Sampler` instance, so
 adding a sampler is adding a class (as keras-hub's `Sampler.get_next_token`).
 Samplers work on NumPy float64 logits `(B, V)` and one NumPy `Generator` per
 row, so a row's draws do not depend on the batch it is decoded in.
+
+A sampler that also defines `compiled_next_tokens(logits, uniforms)` (the same
+rule in TensorFlow ops, reading one uniform draw per row where the NumPy rule
+calls `rng.random()` once) runs inside `CausalLM.generate`'s compiled loop
+(`tf.while_loop`, graph or XLA) and gives the NumPy loop's tokens: the loop
+hands row `r` the values its `default_rng([seed, r])` stream would give, in
+order. Every sampler here does; a sampler with only `next_tokens` decodes
+through the step-by-step loop.
 """
 
 import importlib
@@ -19,7 +27,10 @@ class Sampler:
     """Base class: `sampler(logits (B, V), rngs) -> (B,) int32` next tokens.
 
     A subclass implements `next_tokens(logits, rngs)` (float64 logits, one
-    `numpy.random.Generator` per row) and, when its constructor takes
+    `numpy.random.Generator` per row), optionally `compiled_next_tokens(logits,
+    uniforms)` (TensorFlow float64 logits `(B, V)` and one uniform in [0, 1)
+    per row, `(B,)`, the value the NumPy rule's single `rng.random()` call
+    would return; int32 tokens `(B,)`), and, when its constructor takes
     arguments, `get_config()` returning them, so a sampler crosses to a
     TFLM child process as `serialize(sampler)` (its class must then be
     importable: defined in a module, not in `__main__`).
@@ -46,6 +57,17 @@ class Sampler:
             f"{type(self).__name__} must define next_tokens(logits, rngs)"
         )
 
+    def compiled_next_tokens(self, logits, uniforms):
+        """The rule in TensorFlow ops, for the compiled decoding loop (optional)."""
+        raise NotImplementedError(
+            f"{type(self).__name__} has no compiled_next_tokens(logits, uniforms)"
+        )
+
+    @property
+    def compiles(self):
+        """Whether the class defines `compiled_next_tokens`."""
+        return type(self).compiled_next_tokens is not Sampler.compiled_next_tokens
+
     def get_config(self):
         return {}
 
@@ -59,6 +81,11 @@ class GreedySampler(Sampler):
 
     def next_tokens(self, logits, rngs):
         return np.argmax(logits, axis=-1)
+
+    def compiled_next_tokens(self, logits, uniforms):
+        import tensorflow as tf
+
+        return tf.argmax(logits, axis=-1, output_type=tf.int32)
 
 
 class RandomSampler(Sampler):
@@ -81,13 +108,38 @@ class RandomSampler(Sampler):
         probs = np.exp(ranked - ranked[:, :1])
         probs /= probs.sum(axis=-1, keepdims=True)
         probs = np.where(self.keep(probs), probs, 0.0)
-        probs /= probs.sum(axis=-1, keepdims=True)
-        picks = [r.choice(len(row), p=row) for row, r in zip(probs, rngs)]
+        cdf = np.cumsum(probs, axis=-1)
+        cdf /= cdf[:, -1:]
+        # One uniform per row, inverted through the ranked distribution (what
+        # `rng.choice(V, p=...)` does, so the compiled loop can do it too).
+        uniforms = np.array([r.random() for r in rngs])
+        picks = [np.searchsorted(c, u, side="right") for c, u in zip(cdf, uniforms)]
         return order[np.arange(len(picks)), picks]
+
+    def compiled_next_tokens(self, logits, uniforms):
+        import tensorflow as tf
+
+        logits = logits / self.temperature
+        order = tf.argsort(-logits, axis=-1, stable=True)
+        ranked = tf.gather(logits, order, batch_dims=1)
+        probs = tf.exp(ranked - ranked[:, :1])
+        probs /= tf.reduce_sum(probs, axis=-1, keepdims=True)
+        probs = tf.where(self.compiled_keep(probs), probs, tf.zeros_like(probs))
+        cdf = tf.cumsum(probs, axis=-1)
+        cdf /= cdf[:, -1:]
+        picks = tf.searchsorted(cdf, uniforms[:, None], side="right")[:, 0]
+        picks = tf.minimum(picks, tf.shape(order)[-1] - 1)  # a rounding guard
+        return tf.gather(order, picks, batch_dims=1)
 
     def keep(self, probabilities):
         """Boolean `(B, V)`: which ranked candidates may be drawn (all)."""
         return np.ones_like(probabilities, dtype=bool)
+
+    def compiled_keep(self, probabilities):
+        """`keep` in TensorFlow ops (a `tf.Tensor` of ranked probabilities)."""
+        import tensorflow as tf
+
+        return tf.ones_like(probabilities, dtype=tf.bool)
 
     def get_config(self):
         return {"temperature": self.temperature}
@@ -108,6 +160,11 @@ class TopKSampler(RandomSampler):
     def keep(self, probabilities):
         return np.arange(probabilities.shape[-1])[None, :] < self.k
 
+    def compiled_keep(self, probabilities):
+        import tensorflow as tf
+
+        return tf.range(tf.shape(probabilities)[-1])[None, :] < self.k
+
     def get_config(self):
         return {"k": self.k, **super().get_config()}
 
@@ -126,6 +183,11 @@ class TopPSampler(RandomSampler):
 
     def keep(self, probabilities):
         return np.cumsum(probabilities, axis=-1) - probabilities < self.p
+
+    def compiled_keep(self, probabilities):
+        import tensorflow as tf
+
+        return tf.cumsum(probabilities, axis=-1) - probabilities < self.p
 
     def get_config(self):
         return {"p": self.p, **super().get_config()}

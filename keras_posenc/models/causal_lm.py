@@ -3,14 +3,15 @@
 import collections
 import types
 
+import numpy as np
 import tensorflow as tf
 
-from keras_posenc import _checks, generation, ops
+from keras_posenc import _checks, generation, ops, samplers
 from keras_posenc._compat import keras, register
 from keras_posenc.layers.quantized_dense import QuantizedDense
 from keras_posenc.layers.rotary_embedding import RotaryEmbedding
 from keras_posenc.layers.token_embedding import TokenEmbedding
-from keras_posenc.models import _steps
+from keras_posenc.models import _loop, _steps
 from keras_posenc.models.stack import TransformerStack, check_sequence_length
 from keras_posenc.utils import nested_layers
 
@@ -215,11 +216,46 @@ class CausalLM(keras.Model):
         `clear_compiled_steps` drops them all.
         """
         key = (batch_size, total_length, use_cache, jit_compile)
+        return self._compiled(key, lambda: _steps.compile_steps(self, *key))
+
+    def compiled_loop(
+        self,
+        batch_size,
+        total_length,
+        use_cache=True,
+        jit_compile=False,
+        sampler="greedy",
+    ):
+        """The compiled decoding loop of `generate` (one `tf.function`), traced once.
+
+        Prefill, every step and `sampler` (a `Sampler` that defines
+        `compiled_next_tokens`, or a name) in one `tf.while_loop`; kept as
+        `compiled_steps` are, per `(batch_size, total_length, use_cache,
+        jit_compile)` and the sampler's class and config.
+        """
+        sampler = samplers.get(sampler)
+        if not sampler.compiles:
+            _checks.fail(
+                "sampler",
+                "a Sampler that defines compiled_next_tokens for the compiled loop",
+                sampler,
+                fix="Use compiled_loop=False to decode it step by step",
+            )
+        identity = (type(sampler), repr(sorted(sampler.get_config().items())))
+        key = ("loop", batch_size, total_length, use_cache, jit_compile, identity)
+        return self._compiled(
+            key,
+            lambda: _loop.compile_loop(
+                self, batch_size, total_length, use_cache, jit_compile, sampler
+            ),
+        )
+
+    def _compiled(self, key, build):
         functions = self.__dict__.setdefault(
             "_generation_functions", collections.OrderedDict()
         )
         if key not in functions:
-            functions[key] = _steps.compile_steps(self, *key)
+            functions[key] = build()
             while len(functions) > MAX_COMPILED_STEPS:
                 functions.popitem(last=False)
         functions.move_to_end(key)
@@ -275,8 +311,16 @@ class CausalLM(keras.Model):
         use_cache=True,
         pad_token_id=0,
         jit_compile=False,
+        compiled_loop=None,
     ):
         """Prompts followed by generated tokens, `(B, P + max_new_tokens)`.
+
+        By default the whole decoding runs as one compiled function
+        (`compiled_loop`): the prompts' common length prefilled in one pass,
+        then every step and the sampler inside one `tf.while_loop`, with no
+        Python per token. It gives the tokens of the step-by-step loop the
+        exported models decode with (`compiled_loop=False`), greedy and
+        seeded sampling alike.
 
         Args:
             prompt_ids: int array `(B, P)`, or a list of token lists of
@@ -296,8 +340,13 @@ class CausalLM(keras.Model):
                 step) or recompute the whole sequence every step; both give
                 the same tokens.
             pad_token_id: int, fills padding and the slots after a stop token.
-            jit_compile: bool, compile the step with XLA. Defaults to `False`
-                (a graph, traced once).
+            jit_compile: bool, compile the loop (or the step) with XLA.
+                Defaults to `False` (a graph, traced once).
+            compiled_loop: None, True or False. True: the compiled loop (the
+                sampler must define `compiled_next_tokens`, as every named one
+                does); False: a Python loop calling one compiled step per
+                token; None (default): the compiled loop when the sampler
+                has it.
 
         Returns:
             An int32 NumPy array `(B, P + max_new_tokens)`.
@@ -351,6 +400,35 @@ class CausalLM(keras.Model):
                 "for position='learned' (its table ends at max_length)",
                 max_new_tokens,
             )
+        sampler = samplers.get(
+            options["sampler"],
+            options["temperature"],
+            options["top_k"],
+            options["top_p"],
+        )
+        if compiled_loop is None:
+            compiled_loop = sampler.compiles
+        if _checks.boolean("compiled_loop", compiled_loop):
+            decode = self.compiled_loop(batch, total, use_cache, jit_compile, sampler)
+            draws = (
+                1
+                if isinstance(sampler, samplers.GreedySampler)
+                else (options["max_new_tokens"])
+            )
+            uniforms = _loop.uniforms(options["seed"], range(batch), draws)
+            start = int(lengths.min())
+            out = np.full((batch, total), options["pad_token_id"], np.int32)
+            out[:, : prompts.shape[1]] = prompts
+            tokens = decode(
+                tf.constant(prompts[:, :start]),
+                tf.constant(out),
+                tf.constant(lengths),
+                tf.constant(options["max_new_tokens"]),
+                tf.constant(uniforms, tf.float64),
+                tf.constant(np.array(options["stop_token_ids"], np.int32).reshape(-1)),
+                tf.constant(options["pad_token_id"]),
+            )
+            return tokens.numpy()
         prefill, step = _steps.decoding_steps(
             self, batch, total, use_cache, jit_compile
         )

@@ -7,7 +7,7 @@ import pytest
 import tensorflow as tf
 from marks import fast_only
 
-from keras_posenc import generation
+from keras_posenc import generation, samplers
 from keras_posenc._compat import keras
 from keras_posenc.models import POSITION_METHODS, CausalLM, build_causal_lm
 
@@ -56,10 +56,13 @@ def test_each_method_is_causal_caches_exactly_and_generates_alike(position):
     # Prefill then one token at a time equals the full recompute.
     x = x[:, :10]
     np.testing.assert_allclose(cached_logits(model, x, 4), model(x), atol=2e-5)
-    # Greedy tokens with the cache equal tokens recomputed every step.
+    # Greedy tokens of the compiled loop with the cache equal tokens
+    # recomputed every step by the step-by-step loop.
     prompts = [[3, 1, 4, 1, 5], [9, 2], [6, 5, 3]]  # different lengths
     cached = model.generate(prompts, max_new_tokens=7)
-    recomputed = model.generate(prompts, max_new_tokens=7, use_cache=False)
+    recomputed = model.generate(
+        prompts, max_new_tokens=7, use_cache=False, compiled_loop=False
+    )
     np.testing.assert_array_equal(cached, recomputed)
     assert cached.shape == (3, 5 + 7)
     for row, prompt in zip(cached, prompts):
@@ -119,12 +122,45 @@ def test_greedy_generation_equals_argmax_of_full_logits():
     np.testing.assert_array_equal(out[0, 3:], logits[0, 2:-1].argmax(-1))
 
 
-def test_the_step_is_traced_once_and_reused():
+def test_the_loop_and_the_step_are_traced_once_and_reused():
     model = small("rope")
     model.generate([[1, 2, 3]], max_new_tokens=20)
-    model.generate([[4, 5, 6]], max_new_tokens=20)
+    model.generate([[4, 5], [6, 7]], max_new_tokens=21)  # another batch size
+    model.generate([[4, 5, 6, 1]], max_new_tokens=19)  # another prompt length
+    decode = model.compiled_loop(1, 23)
+    assert decode.experimental_get_tracing_count() == 1
+    model.generate([[1, 2, 3]], max_new_tokens=20, compiled_loop=False)
+    model.generate([[4, 5, 6]], max_new_tokens=20, compiled_loop=False)
     _, step = model.compiled_steps(1, 23)
     assert step.experimental_get_tracing_count() == 1
+
+
+LOOP_CASES = {
+    "greedy": dict(),
+    "top_k": dict(sampler="top_k", top_k=4, seed=3, stop_token_ids=[5]),
+    "top_p": dict(sampler="top_p", top_p=0.8, temperature=1.5, seed=4),
+    "random": dict(sampler="random", seed=1, stop_token_ids=[2, 7]),
+}
+
+
+@pytest.mark.parametrize("case", fast_only(list(LOOP_CASES), ("greedy", "top_p")))
+def test_the_compiled_loop_gives_the_step_loops_tokens(case):
+    """Same tokens in one tf.while_loop as in the Python loop of the exports:
+    ragged prompts, stop tokens, seeded draws, with and without the cache."""
+    model = small("t5", max_length=24)
+    prompts = [[3, 1, 4, 1, 5], [9, 2], [6, 5, 3]]
+    kwargs = LOOP_CASES[case]
+    for use_cache in (True, False):
+        steps = model.generate(
+            prompts, 12, use_cache=use_cache, compiled_loop=False, **kwargs
+        )
+        loop = model.generate(prompts, 12, use_cache=use_cache, **kwargs)
+        np.testing.assert_array_equal(loop, steps)
+    xla = model.generate(prompts, 12, jit_compile=True, compiled_loop=True, **kwargs)
+    np.testing.assert_array_equal(xla, steps)
+    if "seed" in kwargs:  # the draws matter: another seed gives other tokens
+        other = dict(kwargs, seed=kwargs["seed"] + 100)
+        assert (model.generate(prompts, 12, **other) != loop).any()
 
 
 def test_xla_step_gives_the_graph_tokens():
@@ -211,6 +247,23 @@ def test_config_holds_every_constructor_argument():
     assert model.get_config()["position_options"] == {"max_distance": 5}
 
 
+class NumpyOnly(samplers.Sampler):
+    """A sampler with a NumPy rule only: the least likely token."""
+
+    def next_tokens(self, logits, rngs):
+        return np.argmin(logits, axis=-1)
+
+
+def test_a_sampler_without_a_compiled_rule_decodes_step_by_step():
+    model = small("t5", num_layers=1)
+    out = model.generate([[1, 2], [3]], 4, NumpyOnly())
+    logits = model(out).numpy()
+    for row, start in ((0, 2), (1, 1)):  # a NumPy oracle: each the argmin
+        np.testing.assert_array_equal(
+            out[row, start : start + 4], logits[row, start - 1 : start + 3].argmin(-1)
+        )
+
+
 @pytest.mark.parametrize(
     "call, match",
     [
@@ -223,6 +276,11 @@ def test_config_holds_every_constructor_argument():
         (lambda m: m.generate([[]], 3), "prompt_ids"),
         (lambda m: m.generate(np.ones((2, 3, 1), "int32"), 3), "prompt_ids"),
         (lambda m: m.generate([[1, 2]], 3, use_cache="yes"), "use_cache"),
+        (lambda m: m.generate([[1, 2]], 3, compiled_loop="yes"), "compiled_loop"),
+        (
+            lambda m: m.generate([[1, 2]], 3, NumpyOnly(), compiled_loop=True),
+            "sampler.*compiled_next_tokens.*compiled_loop=False",
+        ),
     ],
 )
 def test_bad_generation_arguments_are_refused(call, match):

@@ -1,0 +1,128 @@
+"""The compiled decoding loop of `CausalLM.generate`: one `tf.function`.
+
+Prefill of the prompts' common length in one pass, then every step and the
+sampler inside one `tf.while_loop` (a graph, or one XLA program with
+`jit_compile=True`), the caches loop variables updated in place. It follows
+`generation.generate_tokens` token for token: every row continues at its own
+true positions (rows with longer prompts read their remaining prompt tokens
+in the loop, one step each, as the NumPy loop does), finished rows feed token
+0, and a row draws its uniforms in order only when it takes a new token, so
+greedy and seeded sampling give the NumPy loop's tokens.
+"""
+
+import numpy as np
+import tensorflow as tf
+from tensorflow.compiler.tf2xla.python.xla import dynamic_update_slice
+
+
+def compile_loop(model, batch_size, total_length, use_cache, jit_compile, sampler):
+    """`decode(prefix, prompts, lengths, max_new, uniforms, stops, pad)` -> tokens.
+
+    `prefix (B, start)` int32 are the prompts' first `start = min(lengths)`
+    tokens, `prompts (B, total_length)` the right-padded prompts, `uniforms
+    (B, U)` float64 each row's draws in order (`U >= 1`), `stops (K,)` the
+    stop ids; returns `(B, total_length)` int32.
+    """
+    batch, total = batch_size, total_length
+    if use_cache:
+        shapes = model.cache_shapes(batch, total)
+        dtype = model.compute_dtype
+
+        def first_logits(prefix):
+            cache = [tf.zeros(shape, dtype) for shape in shapes]
+            logits, cache = model.call_with_cache(prefix, cache, 0)
+            return logits[:, -1], cache
+
+        def next_logits(state, fed, out, index):
+            logits, state = model.call_with_cache(fed[:, None], state, index)
+            return logits[:, -1], state
+
+    else:
+
+        def first_logits(prefix):
+            start = tf.shape(prefix)[1]
+            # Slots past the prefix are never read by a causal model; they
+            # hold token 0 so every id the model embeds is a real one.
+            buffer = tf.pad(prefix, [[0, 0], [0, total - start]])
+            return model(buffer)[:, start - 1], [buffer]
+
+        def next_logits(state, fed, out, index):
+            buffer = _write_column(state[0], fed, index)
+            return tf.gather(model(buffer), index, axis=1), [buffer]
+
+    def decode(prefix, prompts, lengths, max_new, uniforms, stops, pad):
+        start = tf.shape(prefix)[1]
+        end = lengths + max_new  # first slot after each row's new tokens
+        last_draw = tf.shape(uniforms)[1] - 1
+
+        def choose(logits, t, out, done, drawn):
+            """Token `t` of every row, as one iteration of the NumPy loop."""
+            prompted = t < lengths
+            active = ~prompted & ~done & (t < end)
+            # Row r's next uniform is the value its stream gives next.
+            u = tf.gather(uniforms, tf.minimum(drawn, last_draw), batch_dims=1)
+            chosen = sampler.compiled_next_tokens(tf.cast(logits, tf.float64), u)
+            chosen = tf.ensure_shape(tf.cast(chosen, tf.int32), [batch])
+            given = tf.gather(out, t, axis=1)
+            token = tf.where(prompted, given, tf.where(active, chosen, pad))
+            out = _write_column(out, token, t)
+            done = done | (active & tf.reduce_any(chosen[:, None] == stops, -1))
+            drawn = drawn + tf.cast(active, tf.int32)
+            fed = tf.where(prompted | active, token, 0)  # finished rows: id 0
+            return out, done, drawn, fed
+
+        def going(t, done):
+            return (t < total) & ~tf.reduce_all(done | (t >= end))
+
+        logits, state = first_logits(prefix)
+        done = tf.zeros([batch], tf.bool)
+        drawn = tf.zeros([batch], tf.int32)
+        out, done, drawn, fed = choose(logits, start, prompts, done, drawn)
+
+        def body(t, out, done, drawn, fed, state):
+            shapes = [s.shape for s in state]
+            logits, state = next_logits(state, fed, out, t - 1)
+            state = [tf.ensure_shape(s, shape) for s, shape in zip(state, shapes)]
+            out, done, drawn, fed = choose(logits, t, out, done, drawn)
+            return t + 1, out, done, drawn, fed, state
+
+        loop = tf.while_loop(
+            lambda t, out, done, *_: going(t, done),
+            body,
+            (start + 1, out, done, drawn, fed, list(state)),
+            parallel_iterations=1,
+        )
+        return loop[1]
+
+    return tf.function(
+        decode,
+        input_signature=[
+            tf.TensorSpec((batch, None), tf.int32),
+            tf.TensorSpec((batch, total), tf.int32),
+            tf.TensorSpec((batch,), tf.int32),
+            tf.TensorSpec((), tf.int32),
+            tf.TensorSpec((batch, None), tf.float64),
+            tf.TensorSpec((None,), tf.int32),
+            tf.TensorSpec((), tf.int32),
+        ],
+        jit_compile=jit_compile,
+    )
+
+
+def _write_column(tokens, column, index):
+    """`tokens (B, S)` with `column (B,)` written at position `index`."""
+    return dynamic_update_slice(tokens, column[:, None], [0, index])
+
+
+def uniforms(seed, rows, count):
+    """`(len(rows), count)` float64: row r's first `count` draws of its stream.
+
+    The values `np.random.default_rng([seed, r]).random()` returns in turn
+    (fresh entropy per row when `seed` is None), as `generate_tokens` draws.
+    """
+    return np.stack(
+        [
+            np.random.default_rng(None if seed is None else [seed, r]).random(count)
+            for r in rows
+        ]
+    )
