@@ -11,7 +11,6 @@ the median over the rounds. Also our step-by-step loop (`compiled_loop=False`,
 one compiled step per token from Python), the loop the exports decode with.
 """
 
-import os
 import time
 
 import numpy as np
@@ -91,12 +90,10 @@ def run(quick):
                 ]
             )
             print(rows[-1], flush=True)
-    onednn = os.environ.get("TF_ENABLE_ONEDNN_OPTS") != "0"
     write(
-        "generate" if onednn else "generate_without_onednn",
+        "generate",
         f"Greedy generation, tokens/s: {new} new tokens after a {PROMPT}-token "
-        f"prompt, D={WIDTH}, {LAYERS} layers, {HEADS} heads, vocabulary {VOCAB}"
-        + ("" if onednn else " (TF_ENABLE_ONEDNN_OPTS=0)"),
+        f"prompt, D={WIDTH}, {LAYERS} layers, {HEADS} heads, vocabulary {VOCAB}",
         [
             "batch",
             "compiled",
@@ -113,10 +110,7 @@ def run(quick):
             "layer's cache at each step; ours prefills the prompt and writes "
             "each step's keys and values in place (one `tf.while_loop`)",
             "`python -m benchmarks --only generate` (keras-hub: the `bench` "
-            "extra, Keras 3); with `TF_ENABLE_ONEDNN_OPTS=0` set before the "
-            "command it writes `generate_without_onednn.md` (TensorFlow's own "
-            "kernels instead of oneDNN's, whose per-call cost dominates a graph "
-            "of tiny matrices)",
+            "extra, Keras 3)",
         ],
     )
 
