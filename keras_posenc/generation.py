@@ -59,14 +59,14 @@ def check_prompts(prompt_ids, pad_token_id=0):
     return prompts, lengths
 
 
-def check_vocabulary(prompts, lengths, vocab_size):
-    """Every real prompt token (not the padding) must be an id in `[0, V)`."""
+def check_vocabulary(prompts, lengths, vocab_size, name="prompt_ids"):
+    """Every real token (not padding) of argument `name` is an id in `[0, V)`."""
     real = np.arange(prompts.shape[1])[None, :] < lengths[:, None]
     bad = real & ((prompts < 0) | (prompts >= vocab_size))
     if bad.any():
         row, column = np.argwhere(bad)[0]
         _checks.fail(
-            "prompt_ids",
+            name,
             f"token ids in [0, vocab_size={vocab_size})",
             int(prompts[row, column]),
             fix=f"Found at row {row}, position {column}",

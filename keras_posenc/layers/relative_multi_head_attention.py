@@ -162,6 +162,13 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
             `(output, updated_cache)`.
         cache_update_index: int or scalar tensor, the position of the first
             new token; required with `cache`.
+        sink_tokens: optional int >= 0, with `cache`: the cache is a rolling
+            cache (attention sinks) of its `S_max` slots, the first
+            `sink_tokens` tokens and the last `S_max - sink_tokens`, so
+            decoding runs past `S_max` at fixed memory
+            (`ops.cache.rolling_positions`). Keys are cached before rotation;
+            the bias and the rotation read positions inside the cache. Tokens
+            arrive together only while the cache fills, then one at a time.
 
     Returns:
         The `(B, T, output_dim)` output; with `return_attention_scores` also
@@ -309,6 +316,7 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         key_positions=None,
         cache=None,
         cache_update_index=None,
+        sink_tokens=None,
     ):
         self_attention = value is None and key is None  # Keras 2 converts query only
         value = query if value is None else tf.convert_to_tensor(value)
@@ -338,8 +346,14 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
                 "(an int8 cache needs its own range)",
                 "a cache",
             )
+        if sink_tokens is not None:
+            self._check_rolling(cache, sink_tokens)
         if cache is not None:  # decoding: self-attention over the cache
             extra = dict(attention_mask=attention_mask, attention_bias=attention_bias)
+            if sink_tokens is not None:
+                return self._decode_rolling(
+                    query, cache, cache_update_index, sink_tokens, **extra
+                )
             return self._decode(query, cache, cache_update_index, **extra)
         q, k, v = self._project(query, key, value, training)  # (B, T|S, N, H)
         if self.rotary is not None:
@@ -746,6 +760,70 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
                 key_positions=ops.position_range(max_length),
                 length=current,
             )
+        context, _ = self._heads_attention(q, keys, values, bias, mask)
+        return self._merge(context), cache
+
+    def _check_rolling(self, cache, sink_tokens):
+        """A rolling cache's arguments and the layer's fitness for one."""
+        if cache is None:
+            _checks.fail("sink_tokens", "None without a cache", sink_tokens)
+        slots = cache.shape[2]
+        sink_tokens = _checks.positive_int("sink_tokens", sink_tokens, minimum=0)
+        if slots is not None and sink_tokens >= slots:
+            _checks.fail(
+                "sink_tokens",
+                f"fewer than the cache's {slots} slots (a window of at least one)",
+                sink_tokens,
+            )
+        for refused, why in (
+            (
+                self.quantize,
+                "quantize=True (the int8 cache's rolling form is not built)",
+            ),
+            (
+                self.attention_window is not None,
+                "attention_window (the rolling cache is the window)",
+            ),
+            (
+                self.contextual_position is not None,
+                "contextual_position (CoPE counts keys in text order)",
+            ),
+            (
+                self.rotary is not None and self._length_dependent(),
+                "a rotary type whose frequencies read the text's length "
+                "('dynamic', 'longrope')",
+            ),
+        ):
+            if refused:
+                _checks.fail("sink_tokens", f"None for a layer with {why}", sink_tokens)
+
+    def _decode_rolling(
+        self, query, cache, index, sink_tokens, attention_mask=None, attention_bias=None
+    ):
+        """Cached self-attention over a rolling cache (`sink_tokens`).
+
+        The new keys go into the cache unrotated, at their slot; every
+        cached key is rotated (and the bias evaluated) at its position
+        inside the cache when read. Returns `(output, cache)`.
+        """
+        length, slots = dim(query, 1), cache.shape[2]
+        q, k, v = self._project(query, query, query)  # (B, T, N, H)
+        slot, q_pos, k_pos, mask = ops.cache.rolling_positions(
+            index, length, sink_tokens, slots
+        )
+        keys, values, cache = ops.cache.update_cache(cache, k, v, slot)
+        if self.rotary is not None:
+            q, keys = self._rotate(
+                q, keys, query, query, positions=q_pos, key_positions=k_pos
+            )
+        bias = None
+        if self.position_bias is not None:
+            bias = self.position_bias(query, keys, positions=q_pos, key_positions=k_pos)
+            bias = tf.cast(bias, tf.float32)
+        bias = _plus(bias, attention_bias)
+        mask = mask[None, None]  # (1, 1, T, S_max)
+        if attention_mask is not None:
+            mask = tf.logical_and(mask, tf.cast(attention_mask, bool)[:, None])
         context, _ = self._heads_attention(q, keys, values, bias, mask)
         return self._merge(context), cache
 

@@ -15,26 +15,33 @@ import tensorflow as tf
 from tensorflow.compiler.tf2xla.python.xla import dynamic_update_slice
 
 
-def compile_loop(model, batch_size, total_length, use_cache, jit_compile, sampler):
+def compile_loop(
+    model, batch_size, total_length, use_cache, jit_compile, sampler, rolling=None
+):
     """`decode(prefix, prompts, lengths, max_new, uniforms, stops, pad)` -> tokens.
 
     `prefix (B, start)` int32 are the prompts' first `start = min(lengths)`
     tokens, `prompts (B, total_length)` the right-padded prompts, `uniforms
     (B, U)` float64 each row's draws in order (`U >= 1`), `stops (K,)` the
-    stop ids; returns `(B, total_length)` int32.
+    stop ids; returns `(B, total_length)` int32. `rolling = (sink_tokens,
+    slots)` decodes through rolling caches of `slots` positions (then `start`
+    is at most `slots`).
     """
     batch, total = batch_size, total_length
     if use_cache:
-        shapes = model.cache_shapes(batch, total)
+        sink, slots = rolling or (None, total)
+        shapes = model.cache_shapes(batch, slots)
         dtype = model.compute_dtype
 
         def first_logits(prefix):
             cache = [tf.zeros(shape, dtype) for shape in shapes]
-            logits, cache = model.call_with_cache(prefix, cache, 0)
+            logits, cache = model.call_with_cache(prefix, cache, 0, sink_tokens=sink)
             return logits[:, -1], cache
 
         def next_logits(state, fed, out, index):
-            logits, state = model.call_with_cache(fed[:, None], state, index)
+            logits, state = model.call_with_cache(
+                fed[:, None], state, index, sink_tokens=sink
+            )
             return logits[:, -1], state
 
     else:
@@ -104,6 +111,57 @@ def compile_loop(model, batch_size, total_length, use_cache, jit_compile, sample
             tf.TensorSpec((batch, None), tf.float64),
             tf.TensorSpec((None,), tf.int32),
             tf.TensorSpec((), tf.int32),
+        ],
+        jit_compile=jit_compile,
+    )
+
+
+def next_token_log_probs(logits, targets):
+    """`(B, n)` float32 log-softmax of `logits (B, n, V)` at `targets (B, n)`."""
+    log_probs = tf.nn.log_softmax(tf.cast(logits, tf.float32), axis=-1)
+    return tf.gather(log_probs, targets, batch_dims=2)
+
+
+def compile_scoring(model, batch_size, length, jit_compile, rolling):
+    """`read(prefix, tokens) -> (B, length - 1)` log-probs through a rolling cache.
+
+    `prefix (B, first)` (at most the cache's `slots` and `length - 1`
+    tokens) is prefilled in one pass; every later token is read alone
+    inside one `tf.while_loop`, at its position in the text, the cache
+    rolling over once full.
+    """
+    sink, slots = rolling
+    shapes = model.cache_shapes(batch_size, slots)
+
+    def read(prefix, tokens):
+        first = tf.shape(prefix)[1]
+        cache = [tf.zeros(shape, model.compute_dtype) for shape in shapes]
+        logits, cache = model.call_with_cache(prefix, cache, 0, sink_tokens=sink)
+        head = next_token_log_probs(logits, tokens[:, 1 : first + 1])
+        scores = tf.pad(head, [[0, 0], [0, length - 1 - first]])
+
+        def body(t, scores, cache):
+            fed = tf.gather(tokens, t, axis=1)[:, None]
+            logits, cache = model.call_with_cache(fed, cache, t, sink_tokens=sink)
+            target = tf.gather(tokens, t + 1, axis=1)[:, None]
+            column = next_token_log_probs(logits, target)[:, 0]
+            scores = dynamic_update_slice(scores, column[:, None], [0, t])
+            cache = [tf.ensure_shape(c, shape) for c, shape in zip(cache, shapes)]
+            return t + 1, scores, cache
+
+        loop = tf.while_loop(
+            lambda t, *_: t < length - 1,
+            body,
+            (first, scores, cache),
+            parallel_iterations=1,
+        )
+        return loop[1]
+
+    return tf.function(
+        read,
+        input_signature=[
+            tf.TensorSpec((batch_size, None), tf.int32),
+            tf.TensorSpec((batch_size, length), tf.int32),
         ],
         jit_compile=jit_compile,
     )

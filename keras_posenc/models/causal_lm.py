@@ -225,13 +225,15 @@ class CausalLM(keras.Model):
         use_cache=True,
         jit_compile=False,
         sampler="greedy",
+        rolling=None,
     ):
         """The compiled decoding loop of `generate` (one `tf.function`), traced once.
 
         Prefill, every step and `sampler` (a `Sampler` that defines
         `compiled_next_tokens`, or a name) in one `tf.while_loop`; kept as
         `compiled_steps` are, per `(batch_size, total_length, use_cache,
-        jit_compile)` and the sampler's class and config.
+        jit_compile)`, the sampler's class and config and `rolling`
+        (`(sink_tokens, slots)` of a rolling cache, or None).
         """
         sampler = samplers.get(sampler)
         if not sampler.compiles:
@@ -243,10 +245,17 @@ class CausalLM(keras.Model):
             )
         identity = (type(sampler), repr(sorted(sampler.get_config().items())))
         key = ("loop", batch_size, total_length, use_cache, jit_compile, identity)
+        key += (rolling,)  # one function per rolling-cache shape
         return self._compiled(
             key,
             lambda: _loop.compile_loop(
-                self, batch_size, total_length, use_cache, jit_compile, sampler
+                self,
+                batch_size,
+                total_length,
+                use_cache,
+                jit_compile,
+                sampler,
+                rolling,
             ),
         )
 
@@ -269,7 +278,7 @@ class CausalLM(keras.Model):
         """
         self.__dict__.pop("_generation_functions", None)
 
-    def call_with_cache(self, token_ids, cache, cache_update_index):
+    def call_with_cache(self, token_ids, cache, cache_update_index, sink_tokens=None):
         """Logits `(B, T, V)` of tokens at `cache_update_index ...`, and the cache.
 
         Args:
@@ -294,9 +303,96 @@ class CausalLM(keras.Model):
                 error=TypeError,
             )
         parts = self._parts
+        blocker = parts.stack.streaming_blocker()
+        if sink_tokens is not None and blocker is not None:
+            _checks.fail(
+                "sink_tokens",
+                f"None for this model: a rolling cache cannot hold {blocker}",
+                sink_tokens,
+            )
         x = parts.embedding(token_ids)
-        x, cache = parts.stack.forward(x, list(cache), cache_update_index)
+        x, cache = parts.stack.forward(
+            x, list(cache), cache_update_index, sink_tokens=sink_tokens
+        )
         return parts.head(x), cache
+
+    def check_streaming(self, cache_window, sink_tokens=4):
+        """`(sink_tokens, slots)` of a rolling cache, or the error naming why not.
+
+        `cache_window` (int >= 1) recent tokens plus `sink_tokens` (int >= 0)
+        first ones; refused for a model whose positions a rolling cache cannot
+        hold (`TransformerStack.streaming_blocker`: absolute encodings such as
+        `learned`, generators, the recursive stream, gated fusion, a shared
+        bias, the forgetting gate, CoPE, block-local windows, length-dependent
+        rotary types, quantize=True).
+        """
+        cache_window = _checks.positive_int("cache_window", cache_window)
+        sink_tokens = _checks.positive_int("sink_tokens", sink_tokens, minimum=0)
+        blocker = self._parts.stack.streaming_blocker()
+        if blocker is not None:
+            _checks.fail(
+                "cache_window",
+                "None for this model: a rolling cache keeps positions inside "
+                f"the cache, which {blocker} cannot read",
+                cache_window,
+                fix="Stream with a method whose positions live in the attention "
+                "(alibi, t5, clipped, dynamic_bias, kerple, fire, rope, xpos, none)",
+            )
+        return sink_tokens, sink_tokens + cache_window
+
+    def score(self, token_ids, cache_window=None, sink_tokens=4, jit_compile=False):
+        """Log-probability of each next token, `(B, T - 1)` float32 NumPy.
+
+        Entry `[b, t]` is `log p(token_ids[b, t + 1] | token_ids[b, :t + 1])`
+        (natural log; bits are `-score / ln 2`). Without `cache_window`, one
+        pass over the whole sequence. With it, the tokens are read one at a
+        time through a rolling cache of the first `sink_tokens` and the last
+        `cache_window` tokens (the prefix that fits prefilled in one pass,
+        the rest inside one compiled `tf.while_loop`): the model reads a
+        text of any length at fixed memory, as it would stream it.
+
+        Args:
+            token_ids: int array `(B, T)`, `T >= 2`, ids in `[0, vocab_size)`.
+            cache_window: None, or int >= 1 recent tokens the cache keeps.
+            sink_tokens: int >= 0, the first tokens the rolling cache keeps.
+            jit_compile: bool, compile the streaming loop with XLA.
+        """
+        tokens = np.asarray(token_ids)
+        if tokens.ndim != 2 or not np.issubdtype(tokens.dtype, np.integer):
+            _checks.fail(
+                "token_ids",
+                "integer token ids (B, T)",
+                f"an array of shape {tokens.shape} and dtype {tokens.dtype}",
+            )
+        if tokens.shape[1] < 2:
+            _checks.fail("token_ids", "at least 2 tokens per row", tokens.shape[1])
+        generation.check_vocabulary(
+            tokens,
+            np.full(len(tokens), tokens.shape[1]),
+            self._lm_config["vocab_size"],
+            name="token_ids",
+        )
+        jit_compile = _checks.boolean("jit_compile", jit_compile)
+        tokens = tokens.astype(np.int32)
+        if cache_window is None:
+            limit = self._lm_config["max_length"]
+            if self.position == "learned" and tokens.shape[1] > limit:
+                _checks.fail(
+                    "token_ids",
+                    f"at most max_length={limit} tokens for position='learned'",
+                    tokens.shape[1],
+                )
+            logits = tf.cast(self(tokens), tf.float32)[:, :-1]
+            return _loop.next_token_log_probs(logits, tokens[:, 1:]).numpy()
+        rolling = self.check_streaming(cache_window, sink_tokens)
+        batch, length = tokens.shape
+        key = ("score", batch, length, jit_compile, rolling)
+        read = self._compiled(
+            key,
+            lambda: _loop.compile_scoring(self, batch, length, jit_compile, rolling),
+        )
+        first = min(length - 1, rolling[1])
+        return read(tf.constant(tokens[:, :first]), tf.constant(tokens)).numpy()
 
     def generate(
         self,
@@ -312,6 +408,8 @@ class CausalLM(keras.Model):
         pad_token_id=0,
         jit_compile=False,
         compiled_loop=None,
+        cache_window=None,
+        sink_tokens=4,
     ):
         """Prompts followed by generated tokens, `(B, P + max_new_tokens)`.
 
@@ -347,6 +445,15 @@ class CausalLM(keras.Model):
                 does); False: a Python loop calling one compiled step per
                 token; None (default): the compiled loop when the sampler
                 has it.
+            cache_window: None, or int >= 1: decode through a rolling cache
+                (attention sinks, Xiao et al. 2023) of the first
+                `sink_tokens` and the last `cache_window` tokens, at
+                positions inside the cache, so generation runs past
+                `max_length` at fixed memory. For models whose positions
+                live in the attention (`check_streaming`); with the cache
+                and the compiled loop.
+            sink_tokens: int >= 0, the first tokens a rolling cache keeps.
+                Defaults to `4` (read only with `cache_window`).
 
         Returns:
             An int32 NumPy array `(B, P + max_new_tokens)`.
@@ -375,6 +482,16 @@ class CausalLM(keras.Model):
             )
         jit_compile = _checks.boolean("jit_compile", jit_compile)
         batch, total = len(lengths), prompts.shape[1] + options["max_new_tokens"]
+        rolling = None
+        if cache_window is not None:
+            rolling = self.check_streaming(cache_window, sink_tokens)
+            for name, value, why in (
+                ("use_cache", use_cache, "a rolling cache is a cache"),
+                ("compiled_loop", compiled_loop, "the step loop has no rolling cache"),
+            ):
+                if value is False:
+                    _checks.fail(name, f"True with cache_window ({why})", value)
+        reach = total if rolling is None else rolling[1]  # the largest position + 1
         limit = self._lm_config["max_length"]
         if self.position == "learned" and prompts.shape[1] > limit:
             _checks.fail(
@@ -385,7 +502,7 @@ class CausalLM(keras.Model):
             )
         for layer in nested_layers(self):
             if isinstance(layer, RotaryEmbedding) and layer.max_position is not None:
-                if total > layer.max_position:
+                if reach > layer.max_position:
                     _checks.fail(
                         "max_new_tokens",
                         f"at most {layer.max_position - prompts.shape[1]} here: "
@@ -408,8 +525,17 @@ class CausalLM(keras.Model):
         )
         if compiled_loop is None:
             compiled_loop = sampler.compiles
+        if rolling is not None and not sampler.compiles:
+            _checks.fail(
+                "sampler",
+                "a Sampler with compiled_next_tokens for cache_window (only the "
+                "compiled loop streams)",
+                sampler,
+            )
         if _checks.boolean("compiled_loop", compiled_loop):
-            decode = self.compiled_loop(batch, total, use_cache, jit_compile, sampler)
+            decode = self.compiled_loop(
+                batch, total, use_cache, jit_compile, sampler, rolling
+            )
             draws = (
                 1
                 if isinstance(sampler, samplers.GreedySampler)
@@ -417,6 +543,8 @@ class CausalLM(keras.Model):
             )
             uniforms = _loop.uniforms(options["seed"], range(batch), draws)
             start = int(lengths.min())
+            if rolling is not None:  # the prefill fills the cache at most
+                start = min(start, rolling[1])
             out = np.full((batch, total), options["pad_token_id"], np.int32)
             out[:, : prompts.shape[1]] = prompts
             tokens = decode(

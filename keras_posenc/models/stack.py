@@ -201,6 +201,43 @@ class TransformerStack:
             and self.hpn.kernel_size > 1
         )
 
+    def streaming_blocker(self):
+        """Why the stack cannot decode through a rolling cache, or None.
+
+        A rolling cache keeps positions inside the cache, which only
+        positions that live in the attention can read (biases, rotations);
+        the embedding's absolute encodings, the position generators, the
+        recursive block's position stream, gated fusion, a shared bias, the
+        forgetting gate's running sums and CoPE's counts are not built for it.
+        """
+        parts = (
+            (
+                self.absolute is not None or self.combined is not None,
+                "an absolute position encoding of the tokens (its positions are "
+                "the text's)",
+            ),
+            (self.hpn is not None, "a position generator network"),
+            (self.method.recursive, "the recursive position stream"),
+            (self.shared_bias is not None, "share_position_bias=True"),
+            (
+                any(g is not None for g in self.gates),
+                "the forgetting gate's running sums (not built for a rolling cache)",
+            ),
+            (bool(self.sums), "quantize=True"),
+        )
+        for blocked, why in parts:
+            if blocked:
+                return why
+        for block in self.blocks:
+            if block.attention_window is not None:
+                return "attention_window (the rolling cache is the window)"
+            if block.contextual_position is not None:
+                return "contextual positions (CoPE counts keys in text order)"
+            rotary = block.rotary
+            if rotary is not None and block._length_dependent():
+                return f"rope_type={rotary.rope_type!r} (it reads the text's length)"
+        return None
+
     def cache_shapes(self, batch_size, max_length):
         """The shapes of the cache tensors, in the order `forward` reads them."""
         shapes = []
@@ -217,7 +254,7 @@ class TransformerStack:
                 shapes.append((batch_size, 2, max_length) + size)
         return shapes
 
-    def forward(self, x, cache=None, index=0, training=None):
+    def forward(self, x, cache=None, index=0, training=None, sink_tokens=None):
         """The stack's output `(B, T, D)` for embedded tokens `x` `(B, T, D)`.
 
         Without a cache the tokens sit at `0 .. T-1` (under causal masks for
@@ -273,6 +310,8 @@ class TransformerStack:
                     else:
                         extra["attention_bias"] = self.gates[i](query)
                 if decoding:
+                    if sink_tokens is not None:
+                        extra["sink_tokens"] = sink_tokens
                     attended, state = block(
                         query, cache=next(slots), cache_update_index=index, **extra
                     )

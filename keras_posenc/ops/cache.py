@@ -128,3 +128,36 @@ def cache_mask(index, query_length, max_length, window=None):
         near = tf.abs(keys[None, :] // window - query[:, None] // window) <= 1
         mask = tf.logical_and(mask, near)
     return mask
+
+
+def rolling_positions(index, length, sink_tokens, slots):
+    """Where tokens at `index ...` go in a rolling cache, and its positions.
+
+    A rolling cache (attention sinks, Xiao et al. 2023, "Efficient Streaming
+    Language Models with Attention Sinks") of `slots` = `sink_tokens + W`
+    holds the first `sink_tokens` tokens and the last `W`: position `p` is
+    written at slot `p` until the cache is full, then at `sink + (p - sink)
+    mod W`, over the oldest. Positions are the tokens' places inside the
+    cache, not in the text: the sinks `0 .. sink - 1`, then the window from
+    oldest to newest, the newest query at `slots - 1` once full. `length`
+    tokens arrive at once only while the cache fills (`index + length <=
+    slots`); after that one at a time.
+
+    Returns:
+        `(slot, query_positions (T,), key_positions (S,), mask (T, S))`: the
+        int32 slot of the first new token, float32 in-cache positions of the
+        queries and of every slot, and True where a query sees a slot.
+    """
+    index = tf.cast(index, tf.int32)
+    window = slots - sink_tokens
+    full = index >= slots  # one token, written over the oldest
+    slot = tf.where(full, sink_tokens + (index - sink_tokens) % window, index)
+    every = tf.range(slots)
+    ring = tf.where(
+        every < sink_tokens, every, sink_tokens + (every - slot - 1) % window
+    )
+    key_positions = tf.cast(tf.where(full, ring, every), tf.float32)
+    fresh = tf.range(length) + index  # filling: the text's own positions
+    query_positions = tf.cast(tf.where(full, slots - 1, fresh), tf.float32)
+    mask = key_positions[None, :] <= query_positions[:, None]
+    return slot, query_positions, key_positions, mask

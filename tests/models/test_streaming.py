@@ -1,0 +1,172 @@
+"""Streaming: rolling caches (attention sinks) in `generate` and `score`."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from marks import fast_only
+
+from keras_posenc import RelativeMultiHeadAttention
+from keras_posenc.models import build_causal_lm
+
+VOCAB = 17
+#: The builder methods whose positions live in the attention.
+STREAMING = (
+    "none",
+    "t5",
+    "clipped",
+    "alibi",
+    "dynamic_bias",
+    "kerple",
+    "fire",
+    "rope",
+    "xpos",
+)
+
+
+def small(position, **kwargs):
+    tf.keras.utils.set_random_seed(5)
+    options = dict(hidden_dim=16, num_layers=2, num_heads=2, max_length=24)
+    options.update(kwargs)
+    return build_causal_lm(VOCAB, position=position, **options)
+
+
+def text(batch=2, length=30, seed=0):
+    return np.random.default_rng(seed).integers(0, VOCAB, (batch, length))
+
+
+def log_softmax(x):
+    x = x - x.max(-1, keepdims=True)
+    return x - np.log(np.exp(x).sum(-1, keepdims=True))
+
+
+@pytest.mark.parametrize("position", fast_only(STREAMING, ("alibi", "rope")))
+def test_a_rolling_cache_that_never_rolls_is_the_full_cache(position):
+    model = small(position)
+    prompts = [[3, 1, 4, 1, 5], [9, 2], [6, 5, 3]]
+    full = model.generate(prompts, 12)
+    rolling = model.generate(prompts, 12, cache_window=16, sink_tokens=2)
+    np.testing.assert_array_equal(rolling, full)  # 18 slots hold all 17 tokens
+    x = text(length=18)
+    np.testing.assert_allclose(
+        model.score(x, cache_window=14, sink_tokens=4), model.score(x), atol=1e-5
+    )
+
+
+@pytest.mark.parametrize(
+    "position", fast_only(("alibi", "t5", "rope", "fire", "xpos"), ("t5", "rope"))
+)
+def test_one_layer_reads_its_rolling_cache_as_a_fresh_text(position):
+    """The oracle: past the cache's length, a one-layer model's next-token
+    log-probabilities are those of the same model on the text the cache
+    holds (the sink tokens, then the window), read from position 0: keys
+    and values of one layer depend only on their token, and the positions
+    are the places inside the cache."""
+    model = small(position, num_layers=1)
+    sink, window = 2, 5
+    x = text(length=26)
+    streamed = model.score(x, cache_window=window, sink_tokens=sink)
+    for p in (6, 7, 8, 13, 24):  # the cache (7 slots) is full from p = 6
+        held = np.concatenate([x[:, :sink], x[:, max(sink, p - window + 1) : p + 1]], 1)
+        logits = model(held).numpy()[:, -1]
+        want = np.take_along_axis(log_softmax(logits), x[:, p + 1 : p + 2], 1)[:, 0]
+        np.testing.assert_allclose(streamed[:, p], want, atol=2e-5)
+
+
+def test_score_is_the_log_probability_of_each_next_token():
+    model = small("t5")
+    x = text(length=9)
+    logits = model(x).numpy().astype(np.float64)
+    want = np.take_along_axis(log_softmax(logits[:, :-1]), x[:, 1:, None], 2)[..., 0]
+    got = model.score(x)
+    assert got.shape == (2, 8)
+    np.testing.assert_allclose(got, want, atol=1e-5)
+
+
+def test_generation_and_scoring_run_past_max_length_at_fixed_memory():
+    model = small("alibi", max_length=8)
+    out = model.generate([[1, 2, 3]], 40, cache_window=6, sink_tokens=2)
+    assert out.shape == (1, 43)  # 5x max_length, through 8 cache slots
+    again = model.generate([[1, 2, 3]], 40, cache_window=6, sink_tokens=2)
+    np.testing.assert_array_equal(out, again)
+    scores = model.score(text(length=64), cache_window=6, sink_tokens=2)
+    assert scores.shape == (2, 63) and np.isfinite(scores).all()
+    # A prompt longer than the cache: the rest of it streams in the loop.
+    long = model.generate([list(range(1, 12))], 5, cache_window=4, sink_tokens=1)
+    np.testing.assert_array_equal(long[0, :11], range(1, 12))
+    assert model.compiled_loop(1, 16, rolling=(1, 5)).experimental_get_tracing_count()
+
+
+def test_xla_streams_the_graphs_tokens():
+    model = small("rope", num_layers=1)
+    graph = model.generate([[1, 2]], 20, cache_window=5, sink_tokens=1)
+    xla = model.generate([[1, 2]], 20, cache_window=5, sink_tokens=1, jit_compile=True)
+    np.testing.assert_array_equal(xla, graph)
+
+
+@pytest.mark.parametrize(
+    "position, options, match",
+    [
+        ("learned", {}, "cache_window.*absolute position encoding"),
+        ("hybrid", {}, "cache_window.*absolute"),
+        ("recursive", {}, "cache_window.*recursive"),
+        ("fox", {}, "cache_window.*forgetting gate"),
+        ("cope", {}, "cache_window.*CoPE"),
+        ("t5", {"share_position_bias": True}, "cache_window.*share_position_bias"),
+        ("t5", {"attention_window": 3}, "cache_window.*attention_window"),
+    ],
+)
+def test_models_a_rolling_cache_cannot_hold_are_refused(position, options, match):
+    model = small(position, num_layers=1, **options)
+    with pytest.raises(ValueError, match=match):
+        model.generate([[1, 2]], 3, cache_window=4)
+    with pytest.raises(ValueError, match=match):
+        model.score(text(length=5), cache_window=4)
+    cache = model.empty_cache(1, 6)
+    with pytest.raises(ValueError, match="sink_tokens"):
+        model.call_with_cache(np.ones((1, 1), "int32"), cache, 0, sink_tokens=1)
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, match",
+    [
+        (dict(cache_window=0), ValueError, "cache_window"),
+        (dict(cache_window=4, sink_tokens=-1), ValueError, "sink_tokens"),
+        (dict(cache_window=4, use_cache=False), ValueError, "use_cache.*cache_window"),
+        (
+            dict(cache_window=4, compiled_loop=False),
+            ValueError,
+            "compiled_loop.*cache_window",
+        ),
+        (dict(cache_window=2.5), TypeError, "cache_window"),
+    ],
+)
+def test_bad_streaming_arguments_are_refused(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        small("alibi", num_layers=1).generate([[1, 2]], 3, **kwargs)
+
+
+@pytest.mark.parametrize(
+    "token_ids, match",
+    [
+        (np.ones((2,), "int32"), "token_ids.*\\(B, T\\)"),
+        (np.ones((2, 1), "int32"), "token_ids.*at least 2"),
+        (np.full((1, 4), VOCAB), "token_ids.*vocab_size"),
+        (np.ones((1, 30), "int32"), "token_ids.*max_length=24"),
+    ],
+)
+def test_bad_scoring_inputs_are_refused(token_ids, match):
+    with pytest.raises(ValueError, match=match):
+        small("learned", num_layers=1).score(token_ids)
+
+
+def test_the_attention_checks_its_rolling_arguments():
+    layer = RelativeMultiHeadAttention(2, 4)
+    x = tf.zeros((1, 1, 8))
+    with pytest.raises(ValueError, match="sink_tokens.*without a cache"):
+        layer(x, sink_tokens=1)
+    cache = tf.zeros((1, 2, 3, 2, 4))
+    with pytest.raises(ValueError, match="sink_tokens.*fewer than the cache's 3"):
+        layer(x, cache=cache, cache_update_index=0, sink_tokens=3)
+    windowed = RelativeMultiHeadAttention(2, 4, attention_window=2)
+    with pytest.raises(ValueError, match="sink_tokens.*attention_window"):
+        windowed(x, cache=cache, cache_update_index=0, sink_tokens=1)
