@@ -18,6 +18,7 @@ from benchmarks import (
     rope,
     scaling,
     speed,
+    streaming,
 )
 
 BENCHMARKS = {
@@ -34,6 +35,7 @@ BENCHMARKS = {
     "lm_content": SimpleNamespace(run=lm.run_content),
     "lm_edge": lm_edge,
     "generate": generate,
+    "streaming": streaming,
     "qat": qat,  # both parts; each alone:
     "qat_digits": SimpleNamespace(run=qat.run_digits),
     "qat_lm": SimpleNamespace(run=qat.run_lm),

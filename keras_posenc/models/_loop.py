@@ -45,13 +45,7 @@ def compile_loop(
             return logits[:, -1], state
 
     else:
-
-        def first_logits(prefix):
-            start = tf.shape(prefix)[1]
-            # Slots past the prefix are never read by a causal model; they
-            # hold token 0 so every id the model embeds is a real one.
-            buffer = tf.pad(prefix, [[0, 0], [0, total - start]])
-            return model(buffer)[:, start - 1], [buffer]
+        first_logits = None  # the loop's first step reads the prompt's last token
 
         def next_logits(state, fed, out, index):
             buffer = _write_column(state[0], fed, index)
@@ -81,10 +75,18 @@ def compile_loop(
         def going(t, done):
             return (t < total) & ~tf.reduce_all(done | (t >= end))
 
-        logits, state = first_logits(prefix)
         done = tf.zeros([batch], tf.bool)
         drawn = tf.zeros([batch], tf.int32)
-        out, done, drawn, fed = choose(logits, start, prompts, done, drawn)
+        if first_logits is not None:  # prefill, then token `start` outside the loop
+            logits, state = first_logits(prefix)
+            out, done, drawn, fed = choose(logits, start, prompts, done, drawn)
+            first = start + 1
+        else:  # one model call per step only: the first one reads the prefix
+            # Slots past the prefix are never read by a causal model; they
+            # hold token 0 so every id the model embeds is a real one.
+            buffer = tf.pad(prefix, [[0, 0], [0, total - start]])
+            state = [tf.ensure_shape(buffer, [batch, total])]
+            out, fed, first = prompts, prefix[:, -1], start
 
         def body(t, out, done, drawn, fed, state):
             shapes = [s.shape for s in state]
@@ -96,7 +98,7 @@ def compile_loop(
         loop = tf.while_loop(
             lambda t, out, done, *_: going(t, done),
             body,
-            (start + 1, out, done, drawn, fed, list(state)),
+            (first, out, done, drawn, fed, list(state)),
             parallel_iterations=1,
         )
         return loop[1]

@@ -39,7 +39,9 @@ def log_softmax(x):
     return x - np.log(np.exp(x).sum(-1, keepdims=True))
 
 
-@pytest.mark.parametrize("position", fast_only(STREAMING, ("alibi", "rope")))
+@pytest.mark.parametrize(
+    "position", fast_only(STREAMING, ("alibi", "rope"), per_kind=True)
+)
 def test_a_rolling_cache_that_never_rolls_is_the_full_cache(position):
     model = small(position)
     prompts = [[3, 1, 4, 1, 5], [9, 2], [6, 5, 3]]
@@ -53,7 +55,8 @@ def test_a_rolling_cache_that_never_rolls_is_the_full_cache(position):
 
 
 @pytest.mark.parametrize(
-    "position", fast_only(("alibi", "t5", "rope", "fire", "xpos"), ("t5", "rope"))
+    "position",
+    fast_only(("alibi", "t5", "rope", "fire", "xpos"), ("t5", "rope"), per_kind=True),
 )
 def test_one_layer_reads_its_rolling_cache_as_a_fresh_text(position):
     """The oracle: past the cache's length, a one-layer model's next-token
