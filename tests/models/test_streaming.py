@@ -43,7 +43,7 @@ def log_softmax(x):
     "position", fast_only(STREAMING, ("alibi", "rope"), per_kind=True)
 )
 def test_a_rolling_cache_that_never_rolls_is_the_full_cache(position):
-    model = small(position)
+    model = small(position, num_layers=1)
     prompts = [[3, 1, 4, 1, 5], [9, 2], [6, 5, 3]]
     full = model.generate(prompts, 12)
     rolling = model.generate(prompts, 12, cache_window=16, sink_tokens=2)
