@@ -373,6 +373,7 @@ class CausalLM(keras.Model):
             name="token_ids",
         )
         jit_compile = _checks.boolean("jit_compile", jit_compile)
+        _checks.positive_int("sink_tokens", sink_tokens, minimum=0)
         tokens = tokens.astype(np.int32)
         if cache_window is None:
             limit = self._lm_config["max_length"]
@@ -483,6 +484,7 @@ class CausalLM(keras.Model):
         jit_compile = _checks.boolean("jit_compile", jit_compile)
         batch, total = len(lengths), prompts.shape[1] + options["max_new_tokens"]
         rolling = None
+        _checks.positive_int("sink_tokens", sink_tokens, minimum=0)
         if cache_window is not None:
             rolling = self.check_streaming(cache_window, sink_tokens)
             for name, value, why in (

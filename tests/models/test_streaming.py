@@ -39,8 +39,14 @@ def log_softmax(x):
     return x - np.log(np.exp(x).sum(-1, keepdims=True))
 
 
+#: One method per kind of producer that streams (`clipped` reads T5's
+#: buckets, `kerple` ALiBi's distances and `xpos` RoPE's rotation; the
+#: oracle below reads `xpos` and `fire` past the cache's length).
+NEVER_ROLLS = ("none", "t5", "alibi", "dynamic_bias", "fire", "rope")
+
+
 @pytest.mark.parametrize(
-    "position", fast_only(STREAMING, ("alibi", "rope"), per_kind=True)
+    "position", fast_only(NEVER_ROLLS, ("alibi", "rope"), per_kind=True)
 )
 def test_a_rolling_cache_that_never_rolls_is_the_full_cache(position):
     model = small(position, num_layers=1)
@@ -141,6 +147,7 @@ def test_models_a_rolling_cache_cannot_hold_are_refused(position, options, match
             "compiled_loop.*cache_window",
         ),
         (dict(cache_window=2.5), TypeError, "cache_window"),
+        (dict(sink_tokens=-2), ValueError, "sink_tokens"),  # checked even unused
     ],
 )
 def test_bad_streaming_arguments_are_refused(kwargs, error, match):
@@ -160,6 +167,8 @@ def test_bad_streaming_arguments_are_refused(kwargs, error, match):
 def test_bad_scoring_inputs_are_refused(token_ids, match):
     with pytest.raises(ValueError, match=match):
         small("learned", num_layers=1).score(token_ids)
+    with pytest.raises(ValueError, match="sink_tokens"):
+        small("t5", num_layers=1).score(np.ones((1, 4), "int32"), sink_tokens=-1)
 
 
 def test_the_attention_checks_its_rolling_arguments():
@@ -173,3 +182,25 @@ def test_the_attention_checks_its_rolling_arguments():
     windowed = RelativeMultiHeadAttention(2, 4, attention_window=2)
     with pytest.raises(ValueError, match="sink_tokens.*attention_window"):
         windowed(x, cache=cache, cache_update_index=0, sink_tokens=1)
+
+
+def test_exactly_the_methods_with_positions_in_the_attention_stream():
+    from keras_posenc.models import POSITION_METHODS
+
+    streams = set()
+    for position in POSITION_METHODS:
+        model = build_causal_lm(
+            VOCAB,
+            hidden_dim=8,
+            num_layers=1,
+            num_heads=2,
+            position=position,
+            max_length=8,
+        )
+        try:
+            model.check_streaming(4)
+        except ValueError as error:
+            assert "cache_window" in str(error)
+        else:
+            streams.add(position)
+    assert streams == set(STREAMING)
