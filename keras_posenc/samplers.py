@@ -46,6 +46,10 @@ class Sampler:
     array([1], dtype=int32)
     """
 
+    #: Whether `compiled_next_tokens` reads its uniforms (the compiled loop
+    #: then draws one per new token and row; a deterministic rule sets False).
+    uses_uniforms = True
+
     def __call__(self, logits, rngs):
         logits = np.asarray(logits, dtype=np.float64)
         if isinstance(rngs, np.random.Generator):
@@ -78,6 +82,8 @@ class Sampler:
 
 class GreedySampler(Sampler):
     """The most likely token (ties: the lowest id)."""
+
+    uses_uniforms = False
 
     def next_tokens(self, logits, rngs):
         return np.argmax(logits, axis=-1)

@@ -38,7 +38,7 @@ def compile_loop(
             logits, cache = model.call_with_cache(prefix, cache, 0, sink_tokens=sink)
             return logits[:, -1], cache
 
-        def next_logits(state, fed, out, index):
+        def next_logits(state, fed, index):
             logits, state = model.call_with_cache(
                 fed[:, None], state, index, sink_tokens=sink
             )
@@ -47,7 +47,7 @@ def compile_loop(
     else:
         first_logits = None  # the loop's first step reads the prompt's last token
 
-        def next_logits(state, fed, out, index):
+        def next_logits(state, fed, index):
             buffer = _write_column(state[0], fed, index)
             return tf.gather(model(buffer), index, axis=1), [buffer]
 
@@ -90,7 +90,7 @@ def compile_loop(
 
         def body(t, out, done, drawn, fed, state):
             shapes = [s.shape for s in state]
-            logits, state = next_logits(state, fed, out, t - 1)
+            logits, state = next_logits(state, fed, t - 1)
             state = [tf.ensure_shape(s, shape) for s, shape in zip(state, shapes)]
             out, done, drawn, fed = choose(logits, t, out, done, drawn)
             return t + 1, out, done, drawn, fed, state

@@ -228,14 +228,10 @@ class TransformerStack:
         for blocked, why in parts:
             if blocked:
                 return why
-        for block in self.blocks:
-            if block.attention_window is not None:
-                return "attention_window (the rolling cache is the window)"
-            if block.contextual_position is not None:
-                return "contextual positions (CoPE counts keys in text order)"
-            rotary = block.rotary
-            if rotary is not None and block._length_dependent():
-                return f"rope_type={rotary.rope_type!r} (it reads the text's length)"
+        for block in self.blocks:  # each attention's own reasons
+            why = block.rolling_blocker()
+            if why is not None:
+                return why
         return None
 
     def cache_shapes(self, batch_size, max_length):

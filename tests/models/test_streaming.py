@@ -135,6 +135,20 @@ def test_models_a_rolling_cache_cannot_hold_are_refused(position, options, match
         model.call_with_cache(np.ones((1, 1), "int32"), cache, 0, sink_tokens=1)
 
 
+def test_a_rotary_scaling_that_reads_the_length_is_refused():
+    from keras_posenc.utils import set_rope_scaling
+
+    model = small("rope", num_layers=1)
+    set_rope_scaling(
+        model, "dynamic", scaling_factor=2.0, original_max_position_embeddings=24
+    )
+    with pytest.raises(ValueError, match="cache_window.*'dynamic'"):
+        model.generate([[1, 2]], 3, cache_window=4)
+    cache = model.empty_cache(1, 6)
+    with pytest.raises(ValueError, match="sink_tokens.*'dynamic'"):
+        model.call_with_cache(np.ones((1, 1), "int32"), cache, 0, sink_tokens=1)
+
+
 @pytest.mark.parametrize(
     "kwargs, error, match",
     [

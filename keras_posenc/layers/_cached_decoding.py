@@ -1,0 +1,251 @@
+"""Cached decoding for `RelativeMultiHeadAttention`: the full and rolling caches.
+
+A mixin of the attention layer's decoding paths and their checks: new tokens'
+keys and values written into a `(B, 2, S_max, N, H)` cache at
+`cache_update_index`, or into a rolling cache of `sink_tokens` first slots
+and a ring of the last ones (`ops.cache.rolling_positions`).
+"""
+
+import functools
+import numbers
+
+import tensorflow as tf
+
+from keras_posenc import _checks, ops
+from keras_posenc._compat import dim
+from keras_posenc.layers._rounding import rounder
+
+#: The keys and values on one range, as an int8 cache tensor holds them.
+CACHE_POINT = "cache"
+
+
+class CachedDecoding:
+    """The decoding paths of `RelativeMultiHeadAttention` (a mixin).
+
+    It reads the layer's projections (`_project`, `_merge`), rotation
+    (`_rotate`, `rotary`), bias (`position_bias`) and softmax
+    (`_heads_attention`, `_weights`).
+    """
+
+    def _decode(self, query, cache, index, attention_mask=None, attention_bias=None):
+        """Cached self-attention of new tokens `(B, T, D)` at `index`.
+
+        Keys and values of the new tokens go into `cache` (rotated at their
+        true positions first); the queries attend causally over the cache,
+        with the position bias evaluated at positions `index + t` against
+        the cached positions `0 .. S_max - 1`. Returns `(output, cache)`.
+        A rotary type whose frequencies depend on the current length
+        (`"dynamic"`, `"longrope"`) caches its keys before rotation and reads
+        every cached key at the step's length `index + T`, as a recompute of
+        the `index + T` tokens does (`_turned_logits`).
+        """
+        length, max_length = dim(query, 1), dim(cache, 2)  # T, S_max
+        q, k, v = self._project(query, query, query)  # (B, T, N, H)
+        where = ops.position_range(length, index)  # (T,)
+        late = self.rotary is not None and self._length_dependent()
+        if self.rotary is not None and not late:
+            q, k = self._rotate(
+                q,
+                k,
+                query,
+                query,
+                positions=where,
+                key_positions=where,
+                max_length=max_length,
+                rows=self._table_rows(length, index),
+            )
+        rounding = None
+        if self.quantize_cache:  # the int8 cache's one range, in and out
+            rounding = functools.partial(rounder(self.rounding, None), CACHE_POINT)
+        keys, values, cache = ops.cache.update_cache(cache, k, v, index, rounding)
+        bias = None
+        if self.position_bias is not None:
+            bias = ops.cache.cached_bias(self.position_bias, query, keys, index)
+        bias = _plus(bias, attention_bias)  # (B or 1, N, T, S_max)
+        mask = ops.cache.cache_mask(index, length, max_length, self.attention_window)
+        mask = mask[None, None]  # (1, 1, T, S_max)
+        if attention_mask is not None:
+            mask = tf.logical_and(mask, tf.cast(attention_mask, bool)[:, None])
+        if late and ops.cache.is_static():  # an export: the cache stays untouched
+            logits = self._turned_logits(q, keys, where, index + length)
+            if self.contextual_position is not None:
+                bias = _plus(bias, self.contextual_position(q, logits, mask))
+            weights = self._weights(logits, bias, mask)
+            context = ops.attention.head_context(weights, values)
+            return self._merge(context), cache
+        if late:  # every key turned at the current length
+            current = tf.cast(index + length, tf.float32)
+            q, keys = self._rotate(
+                q,
+                keys,
+                query,
+                query,
+                positions=where,
+                key_positions=ops.position_range(max_length),
+                length=current,
+            )
+        context, _ = self._heads_attention(q, keys, values, bias, mask)
+        return self._merge(context), cache
+
+    def _check_rolling(self, cache, sink_tokens):
+        """A rolling cache's arguments and the layer's fitness for one."""
+        if cache is None:
+            _checks.fail("sink_tokens", "None without a cache", sink_tokens)
+        slots = cache.shape[2]
+        sink_tokens = _checks.positive_int("sink_tokens", sink_tokens, minimum=0)
+        if slots is not None and sink_tokens >= slots:
+            _checks.fail(
+                "sink_tokens",
+                f"fewer than the cache's {slots} slots (a window of at least one)",
+                sink_tokens,
+            )
+        why = self.rolling_blocker()
+        if why is not None:
+            _checks.fail("sink_tokens", f"None for a layer with {why}", sink_tokens)
+
+    def rolling_blocker(self):
+        """Why this layer cannot decode through a rolling cache, or None."""
+        for refused, why in (
+            (
+                self.quantize,
+                "quantize=True (the int8 cache's rolling form is not built)",
+            ),
+            (
+                self.attention_window is not None,
+                "attention_window (the rolling cache is the window)",
+            ),
+            (
+                self.contextual_position is not None,
+                "contextual_position (CoPE counts keys in text order)",
+            ),
+            (
+                self.rotary is not None and self._length_dependent(),
+                "a rotary type whose frequencies read the text's length "
+                "('dynamic', 'longrope')",
+            ),
+        ):
+            if refused:
+                return why
+        return None
+
+    def _decode_rolling(
+        self, query, cache, index, sink_tokens, attention_mask=None, attention_bias=None
+    ):
+        """Cached self-attention over a rolling cache (`sink_tokens`).
+
+        The new keys go into the cache unrotated, at their slot; every
+        cached key is rotated (and the bias evaluated) at its position
+        inside the cache when read. Returns `(output, cache)`.
+        """
+        length, slots = dim(query, 1), cache.shape[2]
+        q, k, v = self._project(query, query, query)  # (B, T, N, H)
+        slot, q_pos, k_pos, mask = ops.cache.rolling_positions(
+            index, length, sink_tokens, slots
+        )
+        keys, values, cache = ops.cache.update_cache(cache, k, v, slot)
+        if self.rotary is not None:
+            q, keys = self._rotate(
+                q, keys, query, query, positions=q_pos, key_positions=k_pos
+            )
+        bias = None
+        if self.position_bias is not None:
+            bias = self.position_bias(query, keys, positions=q_pos, key_positions=k_pos)
+            bias = tf.cast(bias, tf.float32)
+        bias = _plus(bias, attention_bias)
+        mask = mask[None, None]  # (1, 1, T, S_max)
+        if attention_mask is not None:
+            mask = tf.logical_and(mask, tf.cast(attention_mask, bool)[:, None])
+        context, _ = self._heads_attention(q, keys, values, bias, mask)
+        return self._merge(context), cache
+
+    def _turned_logits(self, q, keys, where, current):
+        """Logits `(B, N, T, S_max)` of unturned queries and cached keys.
+
+        The same numbers as turning both at the current length: rotations
+        compose, `R_i q . R_j k = R_(i-j) q . k`, so each query is turned by
+        its distance to every slot and the cached keys are only read. Inside
+        an int8 export no rotation then touches the cache (a rotated cache
+        would leave the converter's cache tensors float32).
+        """
+        slots = dim(keys, 1)
+        offsets = where[:, None] - ops.position_range(slots)[None, :]  # (T, S)
+        cos, sin = self.rotary.cos_sin(
+            offsets[..., None], "query", tf.cast(current, tf.float32)
+        )  # (T, S, r/2)
+        scale = self.rotary.attention_factor  # the keys' factor, on this side
+        if self._scale_in_rotation():
+            scale *= self._query_scale
+        cos, sin = cos * scale, sin * scale
+        return ops.rotary.turned_logits(q, keys, cos, sin, self.rotary.interleaved)
+
+    def _check_cache(self, query, cache, cache_update_index, **call_arguments):
+        """Cached decoding is self-attention of new tokens at the cache's positions."""
+        if cache_update_index is None:
+            raise ValueError(
+                "`cache_update_index` must be given with `cache` (the position of "
+                "the first new token). Received: cache_update_index=None"
+            )
+        num_heads, key_dim, value_dim = self.num_heads, self.key_dim, self.value_dim
+        expected = (2, None, num_heads, key_dim)
+        if cache.shape.rank != 5 or any(
+            want not in (None, got) for want, got in zip(expected, cache.shape[1:])
+        ):
+            raise ValueError(
+                f"`cache` must have shape (B, 2, S_max, {num_heads}, {key_dim}). "
+                f"Received: cache.shape={cache.shape}"
+            )
+        if value_dim not in (None, key_dim):
+            raise ValueError(
+                "`value_dim` must equal key_dim to keep keys and values in one cache. "
+                f"Received: value_dim={value_dim}, key_dim={key_dim}"
+            )
+        _check_cache_index(cache_update_index, query.shape[1], cache.shape[2])
+        if not call_arguments["self_attention"]:
+            raise ValueError(
+                "`value` and `key` must be None with `cache`: cached decoding is "
+                "self-attention of the new tokens. Received: a value or key tensor"
+            )
+        for name in ("positions", "key_positions"):
+            if call_arguments[name] is not None:
+                raise ValueError(
+                    f"`{name}` must be None with `cache` (positions are "
+                    f"cache_update_index + t). Received: a {name} tensor"
+                )
+        if call_arguments["return_attention_scores"]:
+            raise ValueError(
+                "`return_attention_scores` must be False with `cache`. "
+                "Received: return_attention_scores=True"
+            )
+
+
+def _plus(bias, attention_bias):
+    """The float32 sum of two optional biases (None when both are None)."""
+    if attention_bias is None:
+        return bias
+    extra = tf.cast(attention_bias, tf.float32)
+    return extra if bias is None else bias + extra
+
+
+def _check_cache_index(index, length, max_length):
+    """`cache_update_index` is an integer whose T new tokens fit the cache.
+
+    Checked wherever its value is known (Python and NumPy integers, eager and
+    constant tensors); a traced index cannot be read before it runs.
+    """
+    if isinstance(index, bool) or not (
+        isinstance(index, numbers.Integral)
+        or (tf.is_tensor(index) and index.dtype.is_integer)
+    ):
+        raise TypeError(
+            "`cache_update_index` must be an integer or an integer scalar tensor. "
+            f"Received: cache_update_index={index!r}"
+        )
+    value = tf.get_static_value(index)
+    if value is None or length is None or max_length is None:
+        return
+    if not 0 <= int(value) <= max_length - length:
+        raise ValueError(
+            f"`cache_update_index` must be in [0, S_max - T] = [0, "
+            f"{max_length - length}] so the {length} new tokens fit the "
+            f"{max_length} cache slots. Received: cache_update_index={int(value)}"
+        )
