@@ -2,15 +2,17 @@
 
     python -m tflite_export MODEL.keras --calibration DATA.npz --out OUT.tflite \
         [--mode int8|int16x8|float32] [--sequence-length T] [--c-array] [--force] \
-        [--target litert|tflm] [--max-length S]
+        [--target litert|tflm] [--max-length S | --cache-window W [--sink-tokens K]]
 
 DATA.npz holds the inputs under `x` and optionally labels under `y` (which
 turn on accuracy reporting). A causal language model
 (`keras_posenc.models.build_causal_lm`) is exported with its KV cache
 (`tflite_export.convert_causal_lm`): `x` holds token sequences, `--max-length`
-sets the cache length and `--target` picks LiteRT (prefill and decode
-signatures) or TFLM (one decode step); the file is written once greedy
-generation from the first sequence runs in LiteRT, and in TFLM for `tflm`.
+sets the cache length (or `--cache-window` and `--sink-tokens` a rolling
+cache: the step streams past it) and `--target` picks LiteRT (prefill and
+decode signatures) or TFLM (one decode step); the file is written once greedy
+generation from the first sequence runs in LiteRT, and in TFLM for `tflm`
+(a streaming step generates twice its cache length).
 It prints the decode step's device contract (`tflite_export.device_contract`)
 and, with `--c-array`, writes it as OUT_decode.h beside OUT.cc and OUT.h.
 Everything is checked before work starts; nothing is written unless the
@@ -55,7 +57,30 @@ def parse_args(argv):
         default=None,
         help="causal LMs: the cache length (default 64)",
     )
+    parser.add_argument(
+        "--cache-window",
+        type=_positive_int,
+        default=None,
+        help="causal LMs: stream through a rolling cache of the last W tokens",
+    )
+    parser.add_argument(
+        "--sink-tokens",
+        type=_natural_int,
+        default=None,
+        help="with --cache-window: the first tokens the cache keeps (default 4)",
+    )
     return parser.parse_args(argv)
+
+
+def _natural_int(text):
+    """An argparse type: a whole number >= 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 0, not {text!r}")
+    return value
 
 
 def _positive_int(text):
@@ -240,10 +265,11 @@ def _export(args):
         model = load_model(args.model)
         if isinstance(model, CausalLM):
             return _export_causal_lm(args, model, x)
-        if args.target is not None or args.max_length is not None:
+        lm_only = (args.target, args.max_length, args.cache_window, args.sink_tokens)
+        if any(value is not None for value in lm_only):
             raise ValueError(
-                "--target and --max-length are for causal language models; "
-                f"{args.model} is a {type(model).__name__}"
+                "--target, --max-length, --cache-window and --sink-tokens are for "
+                f"causal language models; {args.model} is a {type(model).__name__}"
             )
         data = check_representative_data(model, x, args.sequence_length)
         check_labels(model, data, y)
@@ -286,7 +312,17 @@ def _export_causal_lm(args, model, x):
         raise ValueError(
             f"--mode must be int8 or float32 for a causal LM, not {args.mode}"
         )
-    length = 64 if args.max_length is None else args.max_length
+    streaming = {}
+    if args.cache_window is not None:
+        if args.max_length is not None:
+            raise ValueError("--max-length and --cache-window exclude each other")
+        sink = 4 if args.sink_tokens is None else args.sink_tokens
+        streaming = dict(cache_window=args.cache_window, sink_tokens=sink)
+        length = model.check_streaming(**streaming)[1]  # the cache's slots
+    elif args.sink_tokens is not None:
+        raise ValueError("--sink-tokens goes with --cache-window")
+    else:
+        length = 64 if args.max_length is None else args.max_length
     ids = check_calibration_ids(model, x)
     header = contract_header(args.out)
     if args.c_array and header.exists() and not args.force:
@@ -299,13 +335,18 @@ def _export_causal_lm(args, model, x):
     target = args.target or "litert"
     try:
         model_bytes = tflite_export.convert_causal_lm(
-            model, ids, args.mode, length, target
+            model,
+            ids,
+            args.mode,
+            None if streaming else length,
+            target,
+            **streaming,
         )
     except tflite_export.ExportError as error:
         print(f"error: {error}", file=sys.stderr)
         return EXPORT_FAILED
     prompt = [ids[0, : max(1, min(ids.shape[1], length // 2))].tolist()]
-    new = length - len(prompt[0])
+    new = (2 if streaming else 1) * length - len(prompt[0])
     runtimes = ("litert", "tflm") if target == "tflm" else ("litert",)
     tokens = {}
     for runtime in runtimes:

@@ -31,18 +31,27 @@ from tflite_export.convert import (
     refuse_float_only_layers,
 )
 from tflite_export.integer_islands import integer_update_slices
+from tflite_export.metadata import ROLLING, add_metadata
 from tflite_export.tensor_names import name_tensors
 
 #: Where a causal LM runs: LiteRT (phones) or TFLM (microcontrollers).
 TARGETS = ("litert", "tflm")
 #: The conversion modes of a causal LM.
 LM_MODES = ("int8", "float32")
+#: The cache length of an export without `cache_window`.
+DEFAULT_MAX_LENGTH = 64
 #: Calibration sequences decoded to record realistic caches.
 CALIBRATION_SEQUENCES = 8
 
 
 def convert_causal_lm(
-    model, calibration_ids, mode="int8", max_length=64, target="litert"
+    model,
+    calibration_ids,
+    mode="int8",
+    max_length=None,
+    target="litert",
+    cache_window=None,
+    sink_tokens=4,
 ):
     """TFLite bytes of a causal LM with its KV cache as inputs and outputs.
 
@@ -71,6 +80,22 @@ def convert_causal_lm(
     signature (a padded prompt would read `max_length` as its length):
     generation reads the prompt through `decode`, token by token.
 
+    With `cache_window`, the step streams (attention sinks): its caches hold
+    `sink_tokens + cache_window` slots, the first `sink_tokens` tokens and a
+    ring of the last `cache_window`, and the step writes each token over the
+    oldest ring slot once the cache is full, so `index` runs on past the
+    cache length (up to 2**31 - 1) in the same memory. Positions are places
+    inside the cache, as `CausalLM.generate(cache_window=...)` reads them:
+    the in-cache bias and rotary tables of all slots are constants the step
+    gathers from, and the ring's slot arithmetic is integer (minimum,
+    maximum, integer division): no float op on positions. Such an export has
+    only the `decode` signature (the prompt goes in token by token) and
+    records its shape in the file's metadata
+    (`tflite_export.metadata.ROLLING`), which `generate_tflite` and
+    `device_contract` read. Models a rolling cache cannot hold (absolute
+    encodings, position generators, ...: `CausalLM.check_streaming`) are
+    refused before converting.
+
     Args:
         model: a `CausalLM` (`keras_posenc.models.build_causal_lm`).
         calibration_ids: int array `(N, L)` of real token sequences; each of
@@ -81,8 +106,14 @@ def convert_causal_lm(
             must come out integer, else an `ExportError` names the float ones.
         mode: `"int8"` or `"float32"`.
         max_length: int, the cache length S (the longest prompt plus
-            generated text).
+            generated text). Defaults to `64`; must be None with
+            `cache_window` (the cache then has `sink_tokens + cache_window`
+            slots).
         target: `"litert"` or `"tflm"`.
+        cache_window: None, or int >= 1: stream through a rolling cache of
+            the last `cache_window` tokens plus the sinks. Defaults to None.
+        sink_tokens: int >= 0, the first tokens a rolling cache keeps.
+            Defaults to `4` (read only with `cache_window`).
 
     Returns:
         The `.tflite` model as bytes.
@@ -98,6 +129,18 @@ def convert_causal_lm(
         raise ValueError(
             f"`target` must be one of {TARGETS}. Received: target={target!r}"
         )
+    rolling = None
+    if cache_window is not None:
+        if max_length is not None:
+            raise ValueError(
+                "`max_length` must be None with `cache_window` (the rolling cache "
+                "has sink_tokens + cache_window slots). Received: "
+                f"max_length={max_length!r}, cache_window={cache_window!r}"
+            )
+        rolling = model.check_streaming(cache_window, sink_tokens)  # (sink, S)
+        max_length = rolling[1]
+    elif max_length is None:
+        max_length = DEFAULT_MAX_LENGTH
     if (
         isinstance(max_length, bool)
         or not isinstance(max_length, int)
@@ -152,13 +195,15 @@ def convert_causal_lm(
     else:
         ids = check_calibration_ids(model, calibration_ids)
     keys = ["prefill", "decode"]
-    # A padded prefill would read max_length as a length-dependent type's length.
-    if target == "tflm" or model.reads_current_length:
+    # A padded prefill would read max_length as a length-dependent type's
+    # length; a rolling cache is filled token by token.
+    if target == "tflm" or model.reads_current_length or rolling is not None:
         keys = ["decode"]
+    sink = None if rolling is None else rolling[0]
     with tempfile.TemporaryDirectory() as folder:
         path = os.path.join(folder, "saved_model")
         with keras_posenc.ops.bounded_masking(), static_decoding():
-            signatures = _signatures(model, max_length, keys)
+            signatures = _signatures(model, max_length, keys, sink)
             # Weights frozen into constants: the converter keeps variables of
             # multi-signature SavedModels as READ_VARIABLE ops otherwise.
             frozen = {key: _frozen(function) for key, function in signatures.items()}
@@ -168,7 +213,7 @@ def convert_causal_lm(
             converter.optimizations = [tf.lite.Optimize.DEFAULT]
             if not trained_ranges:  # else the fake quantizers' ranges: no data
                 converter.representative_dataset = _calibration(
-                    model, ids, max_length, keys
+                    model, ids, max_length, keys, sink
                 )
                 ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
                 converter.target_spec.supported_ops = ops
@@ -188,6 +233,9 @@ def convert_causal_lm(
     if trained_ranges:  # the cache writes the converter left float
         model_bytes = integer_update_slices(model_bytes)
     model_bytes = name_tensors(model_bytes)
+    if rolling is not None:
+        record = {"sink_tokens": sink, "cache_window": max_length - sink}
+        model_bytes = add_metadata(model_bytes, ROLLING, record)
     _check_types(model_bytes, mode, keys)
     if trained_ranges:
         check_integer_ops(model_bytes)
@@ -219,7 +267,7 @@ def check_calibration_ids(model, calibration_ids):
     return ids.astype(np.int32)
 
 
-def _signatures(model, max_length, keys):
+def _signatures(model, max_length, keys, sink_tokens=None):
     shapes = model.cache_shapes(1, max_length)
     cache_specs = {
         f"cache_{i}": tf.TensorSpec(shape, tf.float32, name=f"cache_{i}")
@@ -231,7 +279,9 @@ def _signatures(model, max_length, keys):
 
     def decode(token, index, **cache):
         ordered = [cache[f"cache_{i}"] for i in range(len(shapes))]
-        return outputs(*model.call_with_cache(token, ordered, index))
+        return outputs(
+            *model.call_with_cache(token, ordered, index, sink_tokens=sink_tokens)
+        )
 
     def prefill(tokens):
         empty = [tf.zeros(shape, tf.float32) for shape in shapes]
@@ -261,12 +311,23 @@ def _frozen(function):
     return tf.function(named).get_concrete_function(*args, **kwargs)
 
 
-def _calibration(model, ids, max_length, keys):
-    """Representative `(signature, inputs)` pairs from decoding real sequences."""
-    _, step = model.compiled_steps(1, max_length)
+def _calibration(model, ids, max_length, keys, sink_tokens=None):
+    """Representative `(signature, inputs)` pairs from decoding real sequences.
+
+    A rolling cache (`sink_tokens`) reads each whole sequence, past its
+    length; a full cache the first `max_length` tokens of each.
+    """
+    if sink_tokens is None:
+        _, step = model.compiled_steps(1, max_length)
+    else:
+        step = tf.function(
+            lambda token, cache, index: model.call_with_cache(
+                token, cache, index, sink_tokens=sink_tokens
+            )
+        )
     samples = []
     for row in ids[:CALIBRATION_SEQUENCES]:
-        row = row[:max_length]
+        row = row if sink_tokens is not None else row[:max_length]
         cache = model.empty_cache(1, max_length)
         if "prefill" in keys:
             padded = np.zeros((1, max_length), np.int32)

@@ -19,6 +19,7 @@ import re
 
 import numpy as np
 
+from tflite_export.metadata import ROLLING, read_metadata
 from tflite_export.verify import dequantize, quantize
 
 #: Inputs of the decode step, in the order `convert_causal_lm` lays them out.
@@ -76,6 +77,14 @@ class DeviceContract:
     outputs: tuple
     feeds: tuple
     ops: tuple
+    #: A streaming step's first tokens kept (`convert_causal_lm(cache_window=
+    #: ...)`), None for a step that stops at its cache length.
+    sink_tokens: object = None
+
+    @property
+    def streams(self):
+        """Whether the step runs past its cache length (a rolling cache)."""
+        return self.sink_tokens is not None
 
     @property
     def cache_length(self):
@@ -150,7 +159,12 @@ class DeviceContract:
             "(TFLM may reuse an input's memory for an output): "
             + "; ".join(moves)
             + ".",
-            f"5. Stop before t reaches the cache length {self.cache_length}.",
+            f"5. Stop before t reaches the cache length {self.cache_length}."
+            if not self.streams
+            else f"5. t may run past the cache length {self.cache_length} (up to "
+            "2**31 - 1): the step keeps the first "
+            f"{self.sink_tokens} tokens and writes each new one over the oldest "
+            "of the others.",
         ]
         return steps
 
@@ -173,6 +187,8 @@ class DeviceContract:
             "#include <string.h>",
             "",
             f"#define {upper}_CACHE_LENGTH {self.cache_length}",
+            f"#define {upper}_STREAMS {int(self.streams)}",
+            f"#define {upper}_SINK_TOKENS {self.sink_tokens or 0}",
             f"#define {upper}_VOCAB_SIZE {self.vocab_size}",
             f"#define {upper}_NUM_INPUTS {len(self.inputs)}",
             f"#define {upper}_NUM_OUTPUTS {len(self.outputs)}",
@@ -312,8 +328,15 @@ def device_contract(model_bytes):
                 )
             )
             feeds.append(Feed(port.index, into.index, bool(copy)))
+    rolling = read_metadata(model_bytes, ROLLING) or {}
     contract = DeviceContract(
-        signature, number, in_ports, out_ports, tuple(feeds), _ops(schema, model)
+        signature,
+        number,
+        in_ports,
+        out_ports,
+        tuple(feeds),
+        _ops(schema, model),
+        rolling.get("sink_tokens"),
     )
     missing = {"token", "index", "cache_0"} - {p.name for p in in_ports}
     if missing or "logits" not in {p.name for p in out_ports}:

@@ -40,7 +40,8 @@ def generate_tflite(
         prompt_ids: int array `(B, P)` or a list of token lists (rows are
             decoded one after another: the model has batch 1).
         max_new_tokens: int >= 1; each prompt plus its new tokens must fit
-            the model's cache length.
+            the model's cache length, unless the export streams
+            (`convert_causal_lm(cache_window=...)`).
         runtime: `"litert"` or `"tflm"` (run in a subprocess, which an
             unsupported op cannot take down with the caller).
         sampler, temperature, top_k, top_p, seed, stop_token_ids,
@@ -66,7 +67,7 @@ def generate_tflite(
         stop_token_ids,
         pad_token_id,
     )
-    capacity, vocab_size, signatures = _model_facts(model_bytes)
+    capacity, vocab_size, signatures, streams = _model_facts(model_bytes)
     if runtime == "tflm" and "prefill" in signatures:
         _fail(
             "model_bytes",
@@ -74,13 +75,14 @@ def generate_tflite(
             f"a LiteRT export with signatures {sorted(signatures)}",
         )
     generation.check_vocabulary(prompts, lengths, vocab_size)
-    if prompts.shape[1] > capacity:
+    total = prompts.shape[1] + max_new_tokens
+    if not streams and prompts.shape[1] > capacity:  # a rolling cache: any length
         _fail(
             "prompt_ids",
             f"prompts of at most the cache length {capacity}",
             prompts.shape[1],
         )
-    if prompts.shape[1] + max_new_tokens > capacity:
+    if not streams and total > capacity:
         _fail(
             "max_new_tokens",
             f"at most the cache length {capacity} minus the prompt length "
@@ -116,7 +118,7 @@ def cache_length(model_bytes):
 
 
 def _model_facts(model_bytes):
-    """`(cache length S, vocabulary V, signature names)` of a converted LM."""
+    """`(cache length S, vocabulary V, signature names, streams)` of an LM export."""
     from ai_edge_litert.interpreter import Interpreter
 
     try:
@@ -128,7 +130,8 @@ def _model_facts(model_bytes):
             str(error),
         )
     signatures = Interpreter(model_content=bytes(model_bytes)).get_signature_list()
-    return contract.cache_length, contract.vocab_size, set(signatures)
+    facts = contract.cache_length, contract.vocab_size, set(signatures)
+    return facts + (contract.streams,)
 
 
 class Decoder:

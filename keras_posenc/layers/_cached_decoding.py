@@ -135,7 +135,9 @@ class CachedDecoding:
 
         The new keys go into the cache unrotated, at their slot; every
         cached key is rotated (and the bias evaluated) at its position
-        inside the cache when read. Returns `(output, cache)`.
+        inside the cache when read (inside `ops.cache.static_decoding()`,
+        rows of constant tables at those integer places). Returns
+        `(output, cache)`.
         """
         length, slots = dim(query, 1), cache.shape[2]
         q, k, v = self._project(query, query, query)  # (B, T, N, H)
@@ -143,35 +145,58 @@ class CachedDecoding:
             index, length, sink_tokens, slots
         )
         keys, values, cache = ops.cache.update_cache(cache, k, v, slot)
-        if self.rotary is not None:
-            q, keys = self._rotate(
-                q, keys, query, query, positions=q_pos, key_positions=k_pos
-            )
         bias = None
         if self.position_bias is not None:
-            bias = self.position_bias(query, keys, positions=q_pos, key_positions=k_pos)
-            bias = tf.cast(bias, tf.float32)
+            bias = ops.cache.rolling_bias(self.position_bias, query, keys, q_pos, k_pos)
         bias = _plus(bias, attention_bias)
         mask = mask[None, None]  # (1, 1, T, S_max)
         if attention_mask is not None:
             mask = tf.logical_and(mask, tf.cast(attention_mask, bool)[:, None])
+        turned = ops.cache.is_static() and self.rotary is not None
+        if turned and self.rotary.position_only and not self.rotary.learned_frequencies:
+            # An export: queries turned by their distance to each slot (rows
+            # of a constant table); no rotation touches the int8 cache.
+            logits = self._turned_logits(q, keys, q_pos, k_pos=k_pos, slots=slots)
+            weights = self._weights(logits, bias, mask)
+            context = ops.attention.head_context(weights, values)
+            return self._merge(context), cache
+        if self.rotary is not None:  # exports gather rows of an (S, r/2) table
+            q, keys = self._rotate(
+                q,
+                keys,
+                query,
+                query,
+                positions=tf.cast(q_pos, tf.float32),
+                key_positions=tf.cast(k_pos, tf.float32),
+                max_length=slots,
+                rows=(q_pos, k_pos),
+            )
         context, _ = self._heads_attention(q, keys, values, bias, mask)
         return self._merge(context), cache
 
-    def _turned_logits(self, q, keys, where, current):
+    def _turned_logits(self, q, keys, where, current=None, k_pos=None, slots=None):
         """Logits `(B, N, T, S_max)` of unturned queries and cached keys.
 
         The same numbers as turning both at the current length: rotations
         compose, `R_i q . R_j k = R_(i-j) q . k`, so each query is turned by
         its distance to every slot and the cached keys are only read. Inside
         an int8 export no rotation then touches the cache (a rotated cache
-        would leave the converter's cache tensors float32).
+        would leave the converter's cache tensors float32). With `k_pos`
+        (a rolling cache's integer places of the slots, `where` the queries'),
+        the distances are rows of a constant table of `slots` rows (masked
+        slots read row 0).
         """
-        slots = dim(keys, 1)
-        offsets = where[:, None] - ops.position_range(slots)[None, :]  # (T, S)
-        cos, sin = self.rotary.cos_sin(
-            offsets[..., None], "query", tf.cast(current, tf.float32)
-        )  # (T, S, r/2)
+        if k_pos is not None:  # a rolling cache's integer places: table rows
+            offsets = tf.maximum(where[:, None] - k_pos[None, :], 0)  # (T, S)
+            every = ops.position_range(slots)[:, None]  # (S, 1): distances
+            table = self.rotary.cos_sin(every, "query")  # (S, r/2) each
+            cos, sin = (tf.gather(t, offsets) for t in table)  # (T, S, r/2)
+        else:
+            slots = dim(keys, 1)
+            offsets = where[:, None] - ops.position_range(slots)[None, :]  # (T, S)
+            cos, sin = self.rotary.cos_sin(
+                offsets[..., None], "query", tf.cast(current, tf.float32)
+            )  # (T, S, r/2)
         scale = self.rotary.attention_factor  # the keys' factor, on this side
         if self._scale_in_rotation():
             scale *= self._query_scale

@@ -585,7 +585,9 @@ class RelativeMultiHeadAttention(CachedDecoding, LocalAttention, keras.layers.La
         `ops.cache.static_decoding()`, the cos and sin of every cached
         position then fold into a constant and the step gathers the rows of
         its runtime positions (no SIN, COS or EXP on the device) when the
-        rotary layer is `position_only`.
+        rotary layer is `position_only`: at the integer `rows` when given
+        (one tensor for both sides, or a pair: the queries' and the keys',
+        as a rolling cache's places), so no float position enters the export.
         """
         q_pos = self.rotary.resolve(query, start_index, positions)  # (..., T, C)
         k_pos = self.rotary.resolve(key, 0, key_positions)  # (..., S, C)
@@ -596,6 +598,10 @@ class RelativeMultiHeadAttention(CachedDecoding, LocalAttention, keras.layers.La
             length = tf.maximum(tf.reduce_max(q_pos), tf.reduce_max(k_pos)) + 1.0
         tabulate = max_length is not None and ops.cache.is_static()
         tabulate = tabulate and self.rotary.position_only and q_pos.shape.rank == 2
+        side_rows = {"query": rows, "key": rows}  # integer rows, never rounded
+        if isinstance(rows, tuple):  # (query rows, key rows)
+            side_rows = dict(zip(("query", "key"), rows))
+            rows = None
         if self.quantize:
             rows = rows if tabulate else None
             return [
@@ -607,7 +613,9 @@ class RelativeMultiHeadAttention(CachedDecoding, LocalAttention, keras.layers.La
             if tabulate:  # (T, 1) positions: rows of a constant table
                 every = ops.position_range(max_length)[:, None]  # (S_max, 1)
                 table = self.rotary.cos_sin(every, side)
-                cos, sin = (tf.gather(t, tf.cast(where[:, 0], tf.int32)) for t in table)
+                at = side_rows[side]
+                at = tf.cast(where[:, 0], tf.int32) if at is None else at
+                cos, sin = (tf.gather(t, at) for t in table)
             else:
                 cos, sin = self.rotary.cos_sin(where, side, length)
             if side == "query" and self._scale_in_rotation():
@@ -618,10 +626,12 @@ class RelativeMultiHeadAttention(CachedDecoding, LocalAttention, keras.layers.La
         return rotated
 
     def _table_rows(self, length, index):
-        """Integer rows `index .. index + T - 1` of the quantized rotation
-        tables (None without `quantize`: the float path reads positions)."""
-        if not self.quantize:
-            return None
+        """Integer rows `index .. index + T - 1` of the rotation tables.
+
+        An export gathers the rows at these integers: a position cast to
+        float on its way would be an activation the int8 converter rounds
+        (to its calibrated range's 255 steps), and a row read one off.
+        """
         return tf.range(length) + tf.cast(index, tf.int32)
 
     def _rotate_rounded(self, x, where, side, max_length, rows, training):

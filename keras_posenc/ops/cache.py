@@ -73,6 +73,33 @@ def cached_bias(position_bias, query, keys, index):
     return tf.gather(tf.cast(grid, tf.float32), rows, axis=2)
 
 
+def rolling_bias(position_bias, query, keys, query_positions, key_positions):
+    """Float32 bias `(1 or B, N, T, S)` at the in-cache positions of a rolling cache.
+
+    Inside `static_decoding()` the bias is a constant the step gathers from,
+    as `cached_bias`: the `2 S - 1` distances of a translation-invariant
+    producer at `key - query` place, otherwise the `(S, S)` grid's rows and
+    columns of the runtime places (integers in `0 .. S - 1`).
+    """
+    if not _STATIC.get():
+        bias = position_bias(
+            query,
+            keys,
+            positions=tf.cast(query_positions, tf.float32),
+            key_positions=tf.cast(key_positions, tf.float32),
+        )
+        return tf.cast(bias, tf.float32)
+    slots = keys.shape[1]  # S, static in an export
+    rows, columns = query_positions, key_positions  # int32 (T,), (S,)
+    if getattr(position_bias, "translation_invariant", False):
+        stubs = [tf.zeros([1, size, 1]) for size in (1, 2 * slots - 1)]
+        table = position_bias(*stubs, start_index=slots - 1)[:, :, 0]  # (1, N, 2S-1)
+        distances = columns[None, :] - rows[:, None] + (slots - 1)  # (T, S)
+        return tf.gather(tf.cast(table, tf.float32), distances, axis=2)
+    grid = tf.cast(position_bias(keys, keys), tf.float32)  # (1, N, S, S)
+    return tf.gather(tf.gather(grid, rows, axis=2), columns, axis=3)
+
+
 def update_cache(cache, key, value, index, rounding=None):
     """Writes heads-last key/value heads `(B, T, N, H)` into `cache` at `index`.
 
@@ -145,19 +172,29 @@ def rolling_positions(index, length, sink_tokens, slots):
 
     Returns:
         `(slot, query_positions (T,), key_positions (S,), mask (T, S))`: the
-        int32 slot of the first new token, float32 in-cache positions of the
-        queries and of every slot, and True where a query sees a slot.
+        slot of the first new token, the in-cache positions of the queries and
+        of every slot (all int32: an export gathers table rows at them), and
+        True where a query sees a slot.
     """
     index = tf.cast(index, tf.int32)
     window = slots - sink_tokens
-    full = index >= slots  # one token, written over the oldest
-    slot = tf.where(full, sink_tokens + (index - sink_tokens) % window, index)
-    every = tf.range(slots)
-    ring = tf.where(
-        every < sink_tokens, every, sink_tokens + (every - slot - 1) % window
-    )
-    key_positions = tf.cast(tf.where(full, ring, every), tf.float32)
-    fresh = tf.range(length) + index  # filling: the text's own positions
-    query_positions = tf.cast(tf.where(full, slots - 1, fresh), tf.float32)
-    mask = key_positions[None, :] <= query_positions[:, None]
+    # Integer ops a microcontroller runs (no SELECT, FLOOR_MOD or FLOOR_DIV
+    # on int32 in TFLM): min/max, and a remainder of non-negative numbers.
+    past = tf.maximum(index, sink_tokens) - sink_tokens
+    slot = tf.minimum(index, sink_tokens + _remainder(past, window))
+    newest = tf.minimum(index + length - 1, slots - 1)  # the last query's place
+    # A window slot's age: how many tokens after its own the newest one came.
+    ring = tf.range(sink_tokens, slots)
+    age = _remainder(slot + length - 1 - ring + window, window)
+    key_positions = tf.concat(
+        [tf.range(sink_tokens), tf.maximum(newest - age, 0)], axis=0
+    )  # (S,): unwritten slots (masked) clamp to 0
+    fresh = tf.range(length) + index  # the text's positions of the new tokens
+    query_positions = tf.minimum(fresh, slots - 1)
+    mask = tf.range(slots)[None, :] <= fresh[:, None]  # written slots, causal
     return slot, query_positions, key_positions, mask
+
+
+def _remainder(x, divisor):
+    """`x mod divisor` for int32 `x >= 0` and a positive Python int `divisor`."""
+    return x - divisor * tf.truncatediv(x, divisor)

@@ -120,8 +120,10 @@ def test_int8_tflm_decoding_agrees_with_int8_litert(position):
     for name, detail in details["decode"].items():
         want = np.int32 if name in ("token", "index") else np.int8
         assert detail["dtype"] == want, name
-    # Rotary cosines, sines and xPos scales are rows of constant tables.
+    # Rotary cosines, sines and xPos scales are rows of constant tables,
+    # gathered at integer positions (never rounded to int8 on the way).
     assert not operator_names(model_bytes) & {"SIN", "COS", "EXP"}
+    assert not float_to_integer_casts(model_bytes)
     litert = generate_tflite(model_bytes, PROMPTS, 8, runtime="litert")
     # NumPy scalars reach the TFLM worker as JSON numbers.
     scalars = dict(temperature=np.float32(1.0), seed=np.int64(0))
@@ -130,6 +132,22 @@ def test_int8_tflm_decoding_agrees_with_int8_litert(position):
         tokens = litert[row, : len(prompt) + 8]  # the row's prompt and new tokens
         end = decided_length(model_bytes, tokens, len(prompt))
         np.testing.assert_array_equal(tflm[row, :end], tokens[:end])
+
+
+def float_to_integer_casts(model_bytes):
+    """The CAST ops of `model_bytes` from a float tensor to an integer one."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    interpreter = Interpreter(model_content=model_bytes)
+    tensors = interpreter.get_tensor_details()
+    dtypes = {t["index"]: np.dtype(t["dtype"]) for t in tensors}
+    return [
+        op
+        for op in interpreter._get_ops_details()
+        if op["op_name"] == "CAST"
+        and dtypes[op["inputs"][0]].kind == "f"
+        and dtypes[op["outputs"][0]].kind in "iu"
+    ]
 
 
 def decided_length(model_bytes, tokens, prompt_length):

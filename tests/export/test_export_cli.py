@@ -218,6 +218,30 @@ def saved_lm(tmp_path_factory):
 
 
 @pytest.mark.slow
+def test_a_streaming_lm_exports_and_generates_past_its_cache(
+    saved_lm, tmp_path, capsys
+):
+    out = tmp_path / "lm.tflite"
+    args = [str(saved_lm / "lm.keras"), "--calibration", str(saved_lm / "ids.npy")]
+    args += ["--out", str(out), "--mode", "float32"]
+    for bad, message in (
+        (["--max-length", "12", "--cache-window", "6"], "exclude each other"),
+        (["--sink-tokens", "2"], "--sink-tokens goes with --cache-window"),
+    ):
+        assert main(args + bad) == BAD_INPUT
+        assert message in capsys.readouterr().err and not out.exists()
+    assert main(args + ["--cache-window", "6", "--sink-tokens", "2"]) == 0
+    printed = capsys.readouterr().out
+    from tflite_export import device_contract
+
+    contract = device_contract(out.read_bytes())
+    assert contract.streams and contract.cache_length == 8
+    assert "t may run past the cache length 8" in printed
+    generated = re.search(r"\| litert greedy tokens \| \[([\d, ]*)\]", printed)
+    assert len(generated.group(1).split(",")) > 8  # past the 8 slots
+
+
+@pytest.mark.slow
 def test_a_causal_lm_exports_for_microcontrollers(saved_lm, tmp_path, capsys):
     out = tmp_path / "lm.tflite"
     args = [str(saved_lm / "lm.keras"), "--calibration", str(saved_lm / "ids.npy")]

@@ -1,0 +1,38 @@
+import numpy as np
+import pytest
+
+from keras_posenc import ops
+
+
+def ring_oracle(index, length, sink, slots):
+    """A rolling cache simulated token by token: which text position each slot
+    holds after tokens 0 .. index + length - 1 were written, then the places
+    inside the cache (sinks first, the window oldest to newest)."""
+    window, held = slots - sink, [None] * slots
+    for p in range(index + length):
+        slot = p if p < slots else sink + (p - sink) % window
+        held[slot] = p
+        if p == index:
+            first = slot
+    order = sorted(p for p in held if p is not None)
+    place = {p: rank for rank, p in enumerate(order)}  # text order = cache order
+    new = range(index, index + length)
+    keys = [place.get(p, -1) for p in held]
+    queries = [place[p] for p in new]
+    mask = [[p is not None and p <= q for p in held] for q in new]
+    return first, queries, keys, mask
+
+
+@pytest.mark.parametrize("sink, slots", [(0, 5), (2, 6), (3, 4)])
+def test_rolling_positions_match_a_simulated_ring(sink, slots):
+    for index in range(4 * slots):
+        lengths = range(1, slots - index + 1) if index < slots else (1,)
+        for length in lengths:
+            slot, q, k, mask = ops.cache.rolling_positions(index, length, sink, slots)
+            first, queries, keys, allowed = ring_oracle(index, length, sink, slots)
+            assert int(slot) == first
+            np.testing.assert_array_equal(q.numpy(), queries)
+            seen = np.array(allowed)
+            np.testing.assert_array_equal(mask.numpy(), seen)
+            written = seen.any(0)  # unwritten slots are masked: any place
+            np.testing.assert_array_equal(k.numpy()[written], np.array(keys)[written])
