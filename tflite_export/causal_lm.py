@@ -14,9 +14,6 @@ import warnings
 
 import numpy as np
 import tensorflow as tf
-from tensorflow.python.framework.convert_to_constants import (
-    convert_variables_to_constants_v2 as freeze,
-)
 
 import keras_posenc
 from keras_posenc import RotaryEmbedding
@@ -30,6 +27,7 @@ from tflite_export.convert import (
     check_integer_ops,
     refuse_float_only_layers,
 )
+from tflite_export.convert import frozen as freeze
 from tflite_export.integer_islands import integer_update_slices
 from tflite_export.metadata import ROLLING, add_metadata
 from tflite_export.tensor_names import name_tensors
@@ -206,7 +204,7 @@ def convert_causal_lm(
             signatures = _signatures(model, max_length, keys, sink)
             # Weights frozen into constants: the converter keeps variables of
             # multi-signature SavedModels as READ_VARIABLE ops otherwise.
-            frozen = {key: _frozen(function) for key, function in signatures.items()}
+            frozen = {key: freeze(function) for key, function in signatures.items()}
             tf.saved_model.save(tf.Module(), path, signatures=frozen)
         converter = tf.lite.TFLiteConverter.from_saved_model(path, signature_keys=keys)
         if mode == "int8":
@@ -296,19 +294,6 @@ def _signatures(model, max_length, keys, sink_tokens=None):
         tokens = tf.TensorSpec((1, max_length), tf.int32, name="tokens")
         concrete["prefill"] = tf.function(prefill).get_concrete_function(tokens)
     return concrete
-
-
-def _frozen(function):
-    """`function` with its weights as constants, keeping its input/output names."""
-    constant = freeze(function)
-    args, kwargs = function.structured_input_signature
-    names = sorted(function.structured_outputs)  # the flattening order of a dict
-
-    def named(*positional, **keyword):
-        flat = list(positional) + [keyword[key] for key in sorted(keyword)]
-        return dict(zip(names, constant(*flat)))
-
-    return tf.function(named).get_concrete_function(*args, **kwargs)
 
 
 def _calibration(model, ids, max_length, keys, sink_tokens=None):

@@ -119,6 +119,6 @@ def test_the_contract_and_header_say_the_step_streams():
 def test_streaming_exports_a_rolling_cache_cannot_hold_are_refused(
     position, kwargs, error, match
 ):
-    arguments = dict(cache_window=WINDOW, sink_tokens=SINKS, **kwargs)
+    arguments = {"cache_window": WINDOW, "sink_tokens": SINKS, **kwargs}
     with pytest.raises(error, match=match):
         convert_causal_lm(lm(position), calibration(), **arguments)
