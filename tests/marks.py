@@ -20,6 +20,22 @@ def per_kind_in_keras2(values, keep=()):
     return [value for value in values if value in PRODUCER_KINDS or value in keep]
 
 
+def split_between_passes(values, keras2):
+    """Per-method TFLite checks: the Keras 2 pass runs `keras2`, the Keras 3
+    pass the other `values`.
+
+    The TFLite graph is built from the same TensorFlow ops in both modes, so
+    the two passes together convert every value once and each pass converts
+    through its own Keras (`keras2` holds one method per kind of producer).
+    """
+    unknown = set(keras2) - set(values)
+    if unknown:
+        raise ValueError(
+            f"`keras2` must be among `values`. Received: {sorted(unknown)}"
+        )
+    return [value for value in values if (value in keras2) != IS_KERAS_3]
+
+
 def fast_only(values, fast, per_kind=False):
     """`values` as pytest parameters, those not in `fast` marked slow.
 

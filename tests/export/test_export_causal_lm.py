@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 import tensorflow as tf
+from marks import split_between_passes
 
 from keras_posenc import IS_KERAS_3, samplers
 from keras_posenc.models import POSITION_METHODS, build_causal_lm
@@ -40,10 +41,10 @@ def signature_details(model_bytes):
     return found
 
 
-#: Under Keras 2 (the suite's slower mode) one method per kind of producer:
-#: the TFLite graph is built from the same TensorFlow ops in both modes.
-EXPORTED = (
-    POSITION_METHODS if IS_KERAS_3 else ("t5", "rope", "hybrid", "recursive", "gated")
+#: One method per kind of producer in the Keras 2 pass, the others in the
+#: Keras 3 pass (`split_between_passes`).
+EXPORTED = split_between_passes(
+    POSITION_METHODS, ("t5", "rope", "hybrid", "recursive", "gated")
 )
 
 

@@ -2,6 +2,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from layer_checks import PRODUCER_KINDS
+from marks import split_between_passes
 
 import tflite_export
 from keras_posenc import IS_KERAS_3, models
@@ -61,7 +62,7 @@ INT8_METHODS = tuple(m for m in models.POSITION_METHODS if m not in ("fox", "cop
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("position", INT8_METHODS if IS_KERAS_3 else PRODUCER_KINDS)
+@pytest.mark.parametrize("position", split_between_passes(INT8_METHODS, PRODUCER_KINDS))
 def test_every_method_exports_to_full_int8_and_runs_in_tflm(position):
     _check_full_int8_in_tflm(_classifier(position))  # a None batch and length
 

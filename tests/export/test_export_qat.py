@@ -1,6 +1,7 @@
 import numpy as np
 import pytest
 import tensorflow as tf
+from marks import split_between_passes
 
 import tflite_export
 from keras_posenc import IS_KERAS_3, models
@@ -87,7 +88,7 @@ FIDELITY = "dynamic_bias"
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "position",
-    [m for m in QUANTIZED_METHODS if m != FIDELITY] if IS_KERAS_3 else ("t5",),
+    split_between_passes([m for m in QUANTIZED_METHODS if m != FIDELITY], ("t5",)),
 )
 def test_every_covered_method_converts_to_integer_ops_without_data(position):
     """The methods the fidelity test does not train, converted untrained."""
