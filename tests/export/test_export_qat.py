@@ -180,9 +180,7 @@ if IS_KERAS_3:  # Checks of the converter on a trained or edited QAT graph: one
         x = rng.uniform(0.0, 16.0, (128, 8, 4)).astype("float32")
         y = rng.integers(0, 3, 128)
         qat = tflite_export.quantize_aware(model)
-        qat.compile(
-            "adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-        )
+        qat.compile("sgd", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
         qat.fit(x, y, epochs=1, batch_size=32, verbose=0)
         model_bytes = tflite_export.convert(qat, None, mode="int8")
         from ai_edge_litert.interpreter import Interpreter

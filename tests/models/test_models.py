@@ -10,8 +10,10 @@ SMALL = dict(hidden_dim=8, num_heads=2, num_layers=2, max_length=16)
 
 
 def _compile(model):
+    # SGD: these fits check that a model trains and saves, not how well; a
+    # Keras 3 fit with Adam traces 4-5x longer (7.5 s against 1.5 s here).
     model.compile(
-        keras.optimizers.Adam(1e-3),
+        keras.optimizers.SGD(1e-2),
         keras.losses.SparseCategoricalCrossentropy(from_logits=True),
     )
     return model

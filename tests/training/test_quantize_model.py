@@ -75,7 +75,7 @@ def test_fits_saves_and_reloads_with_identical_outputs(tmp_path):
     y = (x == 3).any(axis=1).astype("int32")
     qat = quantize_model(classifier())
     qat.compile(
-        keras.optimizers.Adam(1e-3),
+        keras.optimizers.SGD(1e-2),
         keras.losses.SparseCategoricalCrossentropy(from_logits=True),
     )
     history = qat.fit(x, y, epochs=2, batch_size=32, verbose=0)
