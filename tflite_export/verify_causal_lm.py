@@ -92,7 +92,7 @@ def verify_causal_lm(model_bytes, keras_model, token_ids):
         decoder.reset()
         logits = [decoder.run_decode(int(token), t)[0] for t, token in enumerate(row)]
         litert.append(np.stack(logits[:-1]))  # (L - 1, V): each next token's
-    keras = np.asarray(keras_model(ids))[:, :-1]
+    keras = np.asarray(keras_model.logits(ids))[:, :-1]
     report = LMReport(
         size_bytes=len(model_bytes),
         signatures=sorted(decoder.signatures),

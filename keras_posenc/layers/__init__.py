@@ -28,6 +28,7 @@ from keras_posenc.layers.relative_multi_head_attention import (
 )
 from keras_posenc.layers.relative_position_bias import RelativePositionBias
 from keras_posenc.layers.rotary_embedding import RotaryEmbedding
+from keras_posenc.layers.segment_positions import SegmentPositions
 from keras_posenc.layers.sinusoidal_position_encoding import (
     SinusoidalPositionEncoding,
 )
@@ -52,6 +53,7 @@ __all__ = [
     "RelativeMultiHeadAttention",
     "RelativePositionBias",
     "RotaryEmbedding",
+    "SegmentPositions",
     "SinusoidalPositionEncoding",
     "TokenEmbedding",
     "combined_attention_input",

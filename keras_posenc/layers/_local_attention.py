@@ -18,12 +18,21 @@ class LocalAttention:
     """
 
     def _local_context(
-        self, inputs, heads, key_mask, query_mask, causal, training, start_index=0
+        self,
+        inputs,
+        heads,
+        key_mask,
+        query_mask,
+        causal,
+        training,
+        start_index=0,
+        segments=None,
     ):
         """Block-local context `(B, N, T, Hv)`: the band, then `compute_attention`.
 
         `inputs` are the `(query, key)` tensors the position bias reads,
-        `heads` the projected `(q, k, v)`; the bias of every band comes from
+        `heads` the projected `(q, k, v)`, `segments` the `(runs, positions)`
+        of packed rows or None; the bias of every band comes from
         `_band_bias`.
         """
         q, k, v = heads
@@ -31,9 +40,18 @@ class LocalAttention:
         query_pos, key_pos = ops.blocks.block_positions(length, window)
         bias = None
         if self.position_bias is not None:
-            bias = self._band_bias(inputs, query_pos, key_pos, length, start_index)
+            bias = self._band_bias(
+                inputs, query_pos, key_pos, length, start_index, segments
+            )
         allowed = ops.blocks.band_allowed(
-            query_pos, key_pos, length, self.num_heads, key_mask, query_mask, causal
+            query_pos,
+            key_pos,
+            length,
+            self.num_heads,
+            key_mask,
+            query_mask,
+            causal,
+            runs=None if segments is None else segments[0],
         )  # (B or 1, N*nb, W, 3W)
         context, _ = self.compute_attention(
             ops.blocks.to_blocks(q, window),
@@ -45,13 +63,14 @@ class LocalAttention:
         )
         return ops.blocks.from_blocks(context, self.num_heads, length)
 
-    def _band_bias(self, inputs, query_pos, key_pos, length, start_index):
-        """The bias of every block's band `(1, N*nb, W, 3W)`, float32.
+    def _band_bias(self, inputs, query_pos, key_pos, length, start_index, segments):
+        """The bias of every block's band `(1 or B, N*nb, W, 3W)`, float32.
 
         A translation-invariant producer sees the same distances `-(2W-1) ..
         2W-1` in every band: it is evaluated once, `(1, N, W, 3W)`, and
         repeated over the blocks (slots outside the sequence are masked).
-        Otherwise each block is evaluated at its true positions.
+        Otherwise each block is evaluated at its true positions (in packed
+        rows, the positions inside each run: one bias per row).
         """
         producer, window = self.position_bias, self.attention_window
         if getattr(producer, "translation_invariant", False):
@@ -61,6 +80,17 @@ class LocalAttention:
             shape = [1, heads, blocks, window, 3 * window]
             bias = tf.broadcast_to(bias[:, :, None], shape)  # (1, N, nb, W, 3W)
             return tf.reshape(bias, [1, -1, window, 3 * window])
+        if segments is not None:  # (B, nb, W) and (B, nb, 3W) run positions
+            rows = segments[1]
+            q_at = ops.blocks.rows_of_blocks(rows, window, 0)
+            k_at = ops.blocks.band_of_rows(rows, window, 0)
+            flat = [tf.reshape(p, [-1, p.shape[-1]]) for p in (q_at, k_at)]
+            bias = producer(*inputs, positions=flat[0], key_positions=flat[1])
+            bias = tf.cast(bias, tf.float32)  # (B*nb, N, W, 3W)
+            blocks = tf.shape(q_at)[1]
+            bias = tf.reshape(bias, [-1, blocks] + bias.shape[1:].as_list())
+            bias = tf.transpose(bias, [0, 2, 1, 3, 4])  # (B, N, nb, W, 3W)
+            return tf.reshape(bias, [tf.shape(bias)[0], -1, window, 3 * window])
         # True positions; slots past the sequence (masked) borrow its ends.
         last, offset = length - 1, tf.cast(start_index, query_pos.dtype)
         q_at, k_at = (

@@ -3,7 +3,8 @@
 import tensorflow as tf
 
 from keras_posenc import _checks, ops
-from keras_posenc._compat import build_sublayer, dim, keras, register
+from keras_posenc._compat import build_sublayer, dim, incoming_mask, keras, register
+from keras_posenc.layers.segment_positions import check_segment_ids
 
 
 @register
@@ -43,6 +44,10 @@ class GatedPositionFusion(keras.layers.Layer):
             changes the output at real tokens.
         start_index: int or scalar tensor, the position of the first query
             (decoding with a cache; keys start at 0). Defaults to `0`.
+        segment_ids: optional int `(B, T)`, a packed row
+            (`keras_posenc.ops.segments`): each query averages over the keys
+            of its own document, at positions that restart at 0 in it (as
+            the document alone). Self-attention shapes (S = T).
 
     Returns:
         A `(B, T, D)` tensor.
@@ -96,9 +101,22 @@ class GatedPositionFusion(keras.layers.Layer):
             )
         self.built = True
 
-    def call(self, abs_pos, rel_pos=None, key_length=None, start_index=0, mask=None):
+    def call(
+        self,
+        abs_pos,
+        rel_pos=None,
+        key_length=None,
+        start_index=0,
+        mask=None,
+        segment_ids=None,
+    ):
         absolute = tf.cast(abs_pos, tf.float32)  # (B, T, D)
         gate = tf.sigmoid(self.gate(absolute))  # (B, T, D)
+        if segment_ids is not None:  # Keras 3 passes no mask beside segment_ids
+            mask = incoming_mask(abs_pos, mask)
+            relative = self._packed_mean(abs_pos, rel_pos, segment_ids, mask)
+            fused = gate * absolute + (1.0 - gate) * relative
+            return tf.cast(fused, self.compute_dtype)
         if mask is not None and key_length is None:  # only real tokens are keys
             key_length = tf.reduce_sum(tf.cast(mask, tf.int32), axis=1)  # (B,)
             key_length = tf.maximum(key_length, 1)  # an all-padding row stays finite
@@ -125,19 +143,35 @@ class GatedPositionFusion(keras.layers.Layer):
         )
         return config
 
+    def _packed_mean(self, abs_pos, rel_pos, segment_ids, mask=None):
+        """`relative_mean` of a packed row: each query over the real keys
+        of its own run."""
+        segment_ids = tf.convert_to_tensor(segment_ids)
+        check_segment_ids(segment_ids)
+        rel_pos = self._relative(rel_pos)
+        if rel_pos.shape.rank == 4:  # (B, T, S, D)
+            runs = ops.segments.runs(segment_ids)
+            seen = ops.segments.same_run(runs, runs)  # (B, T, S)
+            if mask is not None:
+                seen = tf.logical_and(seen, tf.cast(mask, tf.bool)[:, None, :])
+            if self.causal:
+                causal = ops.causal_mask(dim(rel_pos, 1), dim(rel_pos, 2))
+                seen = tf.logical_and(seen, causal[None])
+            seen = tf.cast(seen, tf.float32)[..., None]
+            count = tf.maximum(tf.reduce_sum(seen, axis=2), 1.0)
+            return tf.reduce_sum(rel_pos * seen, axis=2) / count
+        return ops.clipped_table_mean(
+            rel_pos,
+            dim(abs_pos, 1),
+            ops.segments.lengths(segment_ids, mask),
+            causal=self.causal,
+            positions=ops.segments.positions(segment_ids),
+        )  # (B, T, D)
+
     def relative_mean(self, abs_pos, rel_pos=None, key_length=None, start_index=0):
         """The float32 relative term `mean_j rel[:, :, j]`: `(B, T, D)` or `(T, D)`."""
-        if rel_pos is None:
-            if self.max_distance is None:
-                raise ValueError(
-                    "`rel_pos` is required when the layer has no table of its "
-                    "own. Received: rel_pos=None with max_distance=None. Pass a "
-                    "relative tensor or table, or set max_distance"
-                )
-            rel_pos = self.table
-        rel_pos = tf.cast(rel_pos, tf.float32)
-        rank = rel_pos.shape.rank
-        if rank == 4:
+        rel_pos = self._relative(rel_pos)
+        if rel_pos.shape.rank == 4:
             seen = tf.ones_like(rel_pos[:1, :, :, :1])  # (1, T, S, 1)
             if self.causal:
                 seen = ops.cache.cache_mask(
@@ -149,17 +183,33 @@ class GatedPositionFusion(keras.layers.Layer):
                 seen = seen * tf.cast(keys, tf.float32)[:, None, :, None]
             count = tf.maximum(tf.reduce_sum(seen, axis=2), 1.0)
             return tf.reduce_sum(rel_pos * seen, axis=2) / count
-        if rank != 2 or rel_pos.shape[0] is None or rel_pos.shape[0] % 2 == 0:
-            raise ValueError(
-                "`rel_pos` must be a dense (B, T, S, D) tensor or a (2M + 1, D) "
-                f"table with an odd row count. Received: rel_pos.shape="
-                f"{rel_pos.shape}"
-            )
         length = dim(abs_pos, 1)
         keys = length if key_length is None else key_length
         return ops.clipped_table_mean(
             rel_pos, length, keys, start_index, self.causal
         )  # (T, D)
+
+    def _relative(self, rel_pos):
+        """Float32 `rel_pos` (the own table when None), its shape checked."""
+        if rel_pos is None:
+            if self.max_distance is None:
+                raise ValueError(
+                    "`rel_pos` is required when the layer has no table of its "
+                    "own. Received: rel_pos=None with max_distance=None. Pass a "
+                    "relative tensor or table, or set max_distance"
+                )
+            rel_pos = self.table
+        rel_pos = tf.cast(rel_pos, tf.float32)
+        rank = rel_pos.shape.rank
+        if rank != 4 and (
+            rank != 2 or rel_pos.shape[0] is None or rel_pos.shape[0] % 2 == 0
+        ):
+            raise ValueError(
+                "`rel_pos` must be a dense (B, T, S, D) tensor or a (2M + 1, D) "
+                f"table with an odd row count. Received: rel_pos.shape="
+                f"{rel_pos.shape}"
+            )
+        return rel_pos
 
 
 def gated_position_fusion(abs_pos, rel_pos):

@@ -3,8 +3,9 @@
 import tensorflow as tf
 
 from keras_posenc import _checks, ops
-from keras_posenc._compat import build_sublayer, keras, register
+from keras_posenc._compat import build_sublayer, incoming_mask, keras, register
 from keras_posenc._compat import dim as axis_size
+from keras_posenc.layers.segment_positions import check_segment_ids
 
 FEATURES = ("sinusoid", "conv")
 #: The layers of one generator, in call order, for each `position_features`.
@@ -69,6 +70,11 @@ class HierarchicalPositionNetwork(keras.layers.Layer):
             (causal `"conv"` decoding, as a key/value cache): these tokens are
             written at `start_index` and the convolution reads the
             `kernel_size - 1` inputs before each of them (zeros before 0).
+        segment_ids: optional int `(B, T)`, a packed row
+            (`keras_posenc.ops.segments`): the sinusoid features read
+            positions that restart at 0 in each document and the `"conv"`
+            features read a neighbour of another document as zero, so each
+            document gets the positions it gets alone. Not with `state`.
 
     Returns:
         `inputs + pos_info`, a `(B, T, D)` tensor; with `state`, also the
@@ -173,9 +179,26 @@ class HierarchicalPositionNetwork(keras.layers.Layer):
         self.built = True
 
     def call(
-        self, inputs, layer_idx=0, training=None, start_index=0, state=None, mask=None
+        self,
+        inputs,
+        layer_idx=0,
+        training=None,
+        start_index=0,
+        state=None,
+        mask=None,
+        segment_ids=None,
     ):
         generator = self.generator(self.generator_index(layer_idx))
+        mask = incoming_mask(inputs, mask)  # Keras 3 passes none beside segment_ids
+        if segment_ids is not None:
+            segment_ids = tf.convert_to_tensor(segment_ids)
+            check_segment_ids(segment_ids)
+            if state is not None:
+                _checks.fail(
+                    "state",
+                    "None with `segment_ids` (decoding runs one document per row)",
+                    "a state tensor",
+                )
         if mask is not None and self.position_features == "conv":
             # Padded neighbours read as zeros, as past the end of a shorter input.
             real = tf.cast(mask, bool)[:, :, None]
@@ -189,7 +212,11 @@ class HierarchicalPositionNetwork(keras.layers.Layer):
                 f"with position_features={self.position_features!r}, "
                 f"causal={self.causal}"
             )
-        if self.causal and self.position_features == "conv":
+        if segment_ids is not None and self.position_features == "conv":
+            features = self._segment_conv(
+                generator["conv"], inputs_read, ops.segments.runs(segment_ids)
+            )
+        elif self.causal and self.position_features == "conv":
             if state is None:  # zeros before the first token
                 padding = [[0, 0], [self.kernel_size - 1, 0], [0, 0]]
                 features = tf.pad(inputs_read, padding)
@@ -199,10 +226,14 @@ class HierarchicalPositionNetwork(keras.layers.Layer):
                 )
         if self.position_features == "sinusoid":
             positions = ops.position_range(axis_size(inputs, 1), start_index)  # (T,)
+            if segment_ids is not None:  # (B, T): from 0 in every document
+                positions = tf.cast(ops.segments.positions(segment_ids), tf.float32)
             table = ops.sinusoid(positions, self.dim, self.max_wavelength)  # (T, D)
             table = tf.broadcast_to(tf.cast(table, inputs.dtype), tf.shape(inputs))
             features = tf.concat([inputs, table], axis=-1)  # (B, T, 2D)
         for part in GENERATOR_PARTS[self.position_features]:
+            if part == "conv" and segment_ids is not None:
+                continue  # done tap by tap above
             features = generator[part](features)
         pos_info = self._dropout_layer(features, training=training)  # (B, T, D)
         if self.position_l2:
@@ -232,6 +263,19 @@ class HierarchicalPositionNetwork(keras.layers.Layer):
             }
         )
         return config
+
+    def _segment_conv(self, conv, inputs, runs):
+        """`conv` of `inputs` `(B, T, D)` tap by tap, blind to other runs."""
+        kernel, *bias = conv.weights  # (k, D, 1), (D,)
+        first = -(self.kernel_size - 1) if self.causal else -(self.kernel_size // 2)
+        output = None
+        for tap in range(self.kernel_size):
+            weight = tf.cast(kernel[tap, :, 0], inputs.dtype)  # (D,)
+            term = ops.segments.shift_within(inputs, runs, first + tap) * weight
+            output = term if output is None else output + term
+        if bias:
+            output += tf.cast(bias[0], inputs.dtype)
+        return output
 
     def generator(self, index):
         """`{part: layer}` of generator `index` (parts in `GENERATOR_PARTS`)."""

@@ -2,6 +2,7 @@
 
 from keras_posenc import _checks
 from keras_posenc._compat import (
+    incoming_mask,
     build_sublayer,
     keras,
     optional_layer,
@@ -55,6 +56,9 @@ class RecursivePositionUpdate(keras.layers.Layer):
             decoding, as `RelativeMultiHeadAttention`'s `cache`).
         cache_update_index: int or scalar tensor, the position of the first
             new token; required with `cache`.
+        segment_ids: optional int `(B, T)`, a packed row: both attentions
+            stay inside each document, at positions that restart at 0 in it
+            (`RelativeMultiHeadAttention`'s `segment_ids`).
 
     Returns:
         A `(B, T, D)` tensor; with `cache`, also the updated pair of caches.
@@ -162,7 +166,14 @@ class RecursivePositionUpdate(keras.layers.Layer):
         mask=None,
         cache=None,
         cache_update_index=None,
+        segment_ids=None,
     ):
+        if cache is not None and segment_ids is not None:
+            _checks.fail(
+                "segment_ids",
+                "None with `cache` (decoding runs one document per row)",
+                "a segment_ids tensor",
+            )
         if cache is not None:  # both attentions decode causally over a cache
             if not isinstance(cache, (list, tuple)) or len(cache) != 2:
                 _checks.fail(
@@ -179,12 +190,14 @@ class RecursivePositionUpdate(keras.layers.Layer):
             )
             update = self.position_output(self.position_hidden(position))
             return self.norm(inputs + content + update), [attended, seen]
+        mask = incoming_mask(inputs, mask)  # Keras 3 passes none beside segment_ids
         kwargs = dict(
             attention_mask=attention_mask,
             use_causal_mask=use_causal_mask,
             training=training,
             query_mask=mask,
             value_mask=mask,
+            segment_ids=segment_ids,
         )
         attended = self.attention(inputs, **kwargs)
         update = self.position_update(inputs, **kwargs)

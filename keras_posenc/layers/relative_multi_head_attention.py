@@ -24,6 +24,7 @@ from keras_posenc._compat import (
 from keras_posenc.layers import _rope_checks
 from keras_posenc.layers._cached_decoding import CACHE_POINT, CachedDecoding, _plus
 from keras_posenc.layers._local_attention import LocalAttention
+from keras_posenc.layers._packed_attention import PackedAttention, segment_mask
 from keras_posenc.layers._rounding import rounder, rounding_points
 from keras_posenc.layers.contextual_position import ContextualPosition
 from keras_posenc.layers.quantized_dense import QuantizedDense
@@ -49,7 +50,9 @@ ROTARY_POINTS = tuple(
 
 
 @register
-class RelativeMultiHeadAttention(CachedDecoding, LocalAttention, keras.layers.Layer):
+class RelativeMultiHeadAttention(
+    CachedDecoding, LocalAttention, PackedAttention, keras.layers.Layer
+):
     """Multi-head attention with a position bias: `softmax(QK^T/sqrt(H) + B) V`.
 
     Queries `(B, T, Dq)`, keys and values `(B, S, Dv)` of any widths are
@@ -168,6 +171,13 @@ class RelativeMultiHeadAttention(CachedDecoding, LocalAttention, keras.layers.La
             (`ops.cache.rolling_positions`). Keys are cached before rotation;
             the bias and the rotation read positions inside the cache. Tokens
             arrive together only while the cache fills, then one at a time.
+        segment_ids: optional int `(B, T)`, a packed row (self-attention):
+            documents are contiguous runs of one id (0 is padding), each
+            query attends only to keys of its run, and the bias and the
+            rotation read positions that restart at 0 in each run
+            (`keras_posenc.ops.segments`), so every document gets the output
+            it gets alone. Dense and block-local; not with `cache`,
+            `positions` or a rotary type that reads the current length.
 
     Returns:
         The `(B, T, output_dim)` output; with `return_attention_scores` also
@@ -316,6 +326,7 @@ class RelativeMultiHeadAttention(CachedDecoding, LocalAttention, keras.layers.La
         cache=None,
         cache_update_index=None,
         sink_tokens=None,
+        segment_ids=None,
     ):
         self_attention = value is None and key is None  # Keras 2 converts query only
         value = query if value is None else tf.convert_to_tensor(value)
@@ -336,6 +347,12 @@ class RelativeMultiHeadAttention(CachedDecoding, LocalAttention, keras.layers.La
         where = dict(
             start_index=start_index, positions=positions, key_positions=key_positions
         )
+        segments = self._segments(
+            segment_ids,
+            query,
+            key,
+            dict(cache=cache, positions=positions, key_positions=key_positions),
+        )  # (runs, positions) of a packed row, or None
         pairs = ((query, query_mask), (value, value_mask), (key, key_mask))
         masks = [incoming_mask(tensor, mask) for tensor, mask in pairs]
         if cache is not None and self.quantize and not self.quantize_cache:
@@ -356,7 +373,10 @@ class RelativeMultiHeadAttention(CachedDecoding, LocalAttention, keras.layers.La
             return self._decode(query, cache, cache_update_index, **extra)
         q, k, v = self._project(query, key, value, training)  # (B, T|S, N, H)
         if self.rotary is not None:
-            q, k = self._rotate(q, k, query, key, training=training, **where)
+            turned = where  # a packed row turns each run from position 0
+            if segments is not None:
+                turned = dict(where, positions=segments[1], key_positions=segments[1])
+            q, k = self._rotate(q, k, query, key, training=training, **turned)
         k, v = self._round_cache(k, v, training)  # as the cache holds them
         context, weights = self._attend(
             (query, key),
@@ -367,6 +387,7 @@ class RelativeMultiHeadAttention(CachedDecoding, LocalAttention, keras.layers.La
             where,
             attention_mask=attention_mask,
             attention_bias=attention_bias,
+            segments=segments,
         )
         output = self._merge(context, training)  # (B, T, Dout)
         if return_attention_scores:
@@ -676,12 +697,14 @@ class RelativeMultiHeadAttention(CachedDecoding, LocalAttention, keras.layers.La
         where,
         attention_mask=None,
         attention_bias=None,
+        segments=None,
     ):
         """Heads-last context `(B, T, N, Hv)` and weights (None when block-local).
 
         `inputs` are the `(query, key)` tensors the bias reads, `heads` the
         projected heads-last `(q, k, v)`, `masks` the query, value and key Keras masks,
-        `where` the `start_index` / `positions` / `key_positions` arguments.
+        `where` the `start_index` / `positions` / `key_positions` arguments,
+        `segments` the `(runs, positions)` of a packed row or None.
         """
         query, key = inputs
         query_mask, value_mask, key_mask = masks
@@ -700,14 +723,17 @@ class RelativeMultiHeadAttention(CachedDecoding, LocalAttention, keras.layers.La
                 causal,
                 training,
                 where["start_index"],
+                segments,
             )
             return swap(context), None
         bias = None
         if self.position_bias is not None:
-            bias = tf.cast(self.position_bias(query, key, **where), tf.float32)
+            at = self._bias_where(where, segments)
+            bias = tf.cast(self.position_bias(query, key, **at), tf.float32)
         bias = _plus(bias, attention_bias)  # (B or 1, N, T, S)
+        allowed = segment_mask(segments, attention_mask)  # (B, T, S) or None
         mask = ops.combine_masks(
-            dim(query, 1), dim(key, 1), *masks, attention_mask, causal
+            dim(query, 1), dim(key, 1), *masks, allowed, causal
         )  # (B, T, S)
         mask = None if mask is None else mask[:, None]  # (B, 1, T, S)
         return self._heads_attention(*heads, bias, mask, training)

@@ -168,7 +168,7 @@ class Generating:
                     f"at most max_length={limit} tokens for position='learned'",
                     tokens.shape[1],
                 )
-            logits = tf.cast(self(tokens), tf.float32)[:, :-1]
+            logits = tf.cast(self.logits(tokens), tf.float32)[:, :-1]
             return _loop.next_token_log_probs(logits, tokens[:, 1:]).numpy()
         rolling = self.check_streaming(cache_window, sink_tokens)
         batch, length = tokens.shape

@@ -49,7 +49,7 @@ def compile_loop(
 
         def next_logits(state, fed, index):
             buffer = _write_column(state[0], fed, index)
-            return tf.gather(model(buffer), index, axis=1), [buffer]
+            return tf.gather(model.logits(buffer), index, axis=1), [buffer]
 
     def decode(prefix, prompts, lengths, max_new, uniforms, stops, pad):
         start = tf.shape(prefix)[1]

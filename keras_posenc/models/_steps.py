@@ -39,7 +39,7 @@ def compile_steps(model, batch_size, total_length, use_cache, jit_compile):
     else:
         prefill = None
         step = tf.function(
-            lambda tokens: model(tokens),
+            lambda tokens: model.logits(tokens),
             input_signature=[tf.TensorSpec((batch_size, total_length), tf.int32)],
             jit_compile=jit_compile,
         )

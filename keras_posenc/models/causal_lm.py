@@ -10,7 +10,11 @@ from keras_posenc.layers.quantized_dense import QuantizedDense
 from keras_posenc.layers.rotary_embedding import RotaryEmbedding
 from keras_posenc.layers.token_embedding import TokenEmbedding
 from keras_posenc.models._generating import MAX_COMPILED_STEPS, Generating
-from keras_posenc.models.stack import TransformerStack, check_sequence_length
+from keras_posenc.models.stack import (
+    TransformerStack,
+    check_sequence_length,
+    packed_inputs,
+)
 from keras_posenc.utils import nested_layers
 
 __all__ = ["MAX_COMPILED_STEPS", "CausalLM", "build_causal_lm"]
@@ -66,6 +70,16 @@ class CausalLM(Generating, keras.Model):
             For the methods in `keras_posenc.models.methods.QUANTIZED_METHODS`
             with dense attention; `tflite_export.quantize_aware(model)` makes
             one from a trained float model. Defaults to `False`.
+        packed: bool, the model takes packed training rows
+            `{"token_ids": (B, T), "segment_ids": (B, T)}` (keras-hub's
+            dict inputs): documents are contiguous runs of one segment id
+            (0 is padding), every position restarts at 0 in each document
+            and attention stays inside it, so each document gets the logits
+            it gets alone (`keras_posenc.data.language_modeling.pack` makes
+            such rows). With `attention_window`, documents that start at a
+            multiple of the window (`pack(..., align=W)`) get exactly their
+            own band. `generate`, `score` and the exports run one document
+            per row, as an unpacked model. Defaults to `False`.
         name: str, the model name. Defaults to `"causal_lm"`.
 
     Example:
@@ -92,6 +106,7 @@ class CausalLM(Generating, keras.Model):
         position_options=None,
         share_position_bias=False,
         quantize=False,
+        packed=False,
         name="causal_lm",
         **kwargs,
     ):
@@ -130,15 +145,16 @@ class CausalLM(Generating, keras.Model):
             "position_options": position_options,
             "share_position_bias": share_position_bias,
             "quantize": quantize,
+            "packed": _checks.boolean("packed", packed),
         }
         rounding = {"quantize": True} if quantize else {}
         embedding = TokenEmbedding(vocab_size, hidden_dim, name="embedding", **rounding)
         head = (QuantizedDense if quantize else keras.layers.Dense)(
             vocab_size, name="logits"
         )
-        tokens = keras.Input((config["sequence_length"],), dtype="int32", name="tokens")
-        logits = head(stack.forward(embedding(tokens)))
-        super().__init__(tokens, logits, name=name, **kwargs)
+        inputs, tokens, segments = packed_inputs(config["sequence_length"], packed)
+        logits = head(stack.forward(embedding(tokens), segment_ids=segments))
+        super().__init__(inputs, logits, name=name, **kwargs)
         # Plain attributes (already tracked by the functional graph).
         self._parts = types.SimpleNamespace(stack=stack, embedding=embedding, head=head)
         self._lm_config = config
@@ -185,6 +201,19 @@ class CausalLM(Generating, keras.Model):
             and ops.rotary.ROPE_TYPES[layer.rope_type].length_dependent
             for layer in nested_layers(self)
         )
+
+    def logits(self, token_ids, training=False):
+        """Logits `(B, T, V)` of whole rows, one document per row.
+
+        `model(token_ids)` for an unpacked model; a packed one reads each row
+        as one segment (`{"token_ids": ..., "segment_ids": ones}`).
+        """
+        if not self._lm_config.get("packed"):
+            return self(token_ids, training=training)
+        token_ids = tf.convert_to_tensor(token_ids, tf.int32)
+        segments = tf.ones_like(token_ids)
+        inputs = {"token_ids": token_ids, "segment_ids": segments}
+        return self(inputs, training=training)
 
     def cache_shapes(self, batch_size, max_length):
         """Shapes of the cache tensors of `call_with_cache`, in order.

@@ -10,7 +10,11 @@ from keras_posenc._compat import keras
 from keras_posenc.layers.mean_pooling import MeanPooling
 from keras_posenc.layers.token_embedding import TokenEmbedding
 from keras_posenc.models.methods import METHODS
-from keras_posenc.models.stack import TransformerStack, check_sequence_length
+from keras_posenc.models.stack import (
+    TransformerStack,
+    check_sequence_length,
+    packed_inputs,
+)
 
 #: The position methods every builder accepts as `position=` (`METHODS` rows).
 POSITION_METHODS = tuple(METHODS)
@@ -41,6 +45,7 @@ def build_encoder(
     attention_window=None,
     position_options=None,
     share_position_bias=False,
+    packed=False,
     name="encoder",
 ):
     """A Transformer encoder `(B, T) or (B, T, input_dim) -> (B, T, hidden_dim)`.
@@ -80,6 +85,13 @@ def build_encoder(
             per forward and every attention adds it, as T5 does: one
             parameter set and L - 1 fewer evaluations. For the methods in
             `SHARED_BIAS_METHODS`, with dense attention. Defaults to `False`.
+        packed: bool, the model takes packed rows `{"token_ids": (B, T),
+            "segment_ids": (B, T)}` (with `vocab_size`, without
+            `grid_shape`): documents are contiguous runs of one segment id
+            (0 is padding), every position restarts at 0 in each document
+            and attention stays inside it, so each token gets the output it
+            gets in its document alone (with `attention_window`: documents
+            that start at a multiple of the window). Defaults to `False`.
         name: str, the model name. Defaults to `"encoder"`.
 
     Returns:
@@ -106,15 +118,24 @@ def build_encoder(
         grid_shape=grid_shape,
     )
     sequence_length = check_sequence_length(position, sequence_length, max_length)
+    if _checks.boolean("packed", packed) and (vocab_size is None or grid_shape):
+        _checks.fail(
+            "packed",
+            "False for feature inputs (input_dim) or a grid_shape (packed rows "
+            "are documents of tokens, each from position 0)",
+            packed,
+            fix=f"Received input_dim={input_dim!r}, grid_shape={grid_shape!r}",
+        )
+    segments = None
     if vocab_size is not None:
         vocab_size = _checks.positive_int("vocab_size", vocab_size)
-        inputs = keras.Input((sequence_length,), dtype="int32", name="tokens")
-        x = TokenEmbedding(vocab_size, hidden_dim, mask_zero, name="embedding")(inputs)
+        inputs, tokens, segments = packed_inputs(sequence_length, packed)
+        x = TokenEmbedding(vocab_size, hidden_dim, mask_zero, name="embedding")(tokens)
     else:
         input_dim = _checks.positive_int("input_dim", input_dim)
         inputs = keras.Input((sequence_length, input_dim), name="features")
         x = keras.layers.Dense(hidden_dim, name="input_projection")(inputs)
-    return keras.Model(inputs, stack.forward(x), name=name)
+    return keras.Model(inputs, stack.forward(x, segment_ids=segments), name=name)
 
 
 def build_classifier(num_classes, **encoder_kwargs):
@@ -131,6 +152,13 @@ def build_classifier(num_classes, **encoder_kwargs):
         A functional `keras.Model` returning logits `(B, num_classes)`.
     """
     num_classes = _checks.positive_int("num_classes", num_classes)
+    if encoder_kwargs.get("packed"):
+        _checks.fail(
+            "packed",
+            "False for a classifier of whole rows (a packed row holds several "
+            "documents; build_token_classifier takes packed rows)",
+            encoder_kwargs["packed"],
+        )
     encoder = build_encoder(**encoder_kwargs)
     pooled = MeanPooling(name="pool")(encoder.output)  # all-padding rows: zeros
     logits = keras.layers.Dense(num_classes, name="logits")(pooled)

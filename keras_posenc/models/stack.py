@@ -25,6 +25,7 @@ from keras_posenc.layers.relative_multi_head_attention import (
     RelativeMultiHeadAttention,
 )
 from keras_posenc.layers.relative_position_bias import RelativePositionBias
+from keras_posenc.layers.segment_positions import SegmentPositions
 from keras_posenc.layers.sinusoidal_position_encoding import (
     SinusoidalPositionEncoding,
 )
@@ -182,6 +183,7 @@ class TransformerStack:
                     LayerNorm(name=f"ffn_norm_{index}", **rounding),
                 )
             )
+        self.segment_positions = SegmentPositions(name="segment_positions")
         self.sums = {}  # quantize: one rounding layer per residual sum
         if quantize:
             names = ["position_sum"] + [
@@ -250,16 +252,31 @@ class TransformerStack:
                 shapes.append((batch_size, 2, max_length) + size)
         return shapes
 
-    def forward(self, x, cache=None, index=0, training=None, sink_tokens=None):
+    def forward(
+        self, x, cache=None, index=0, training=None, sink_tokens=None, segment_ids=None
+    ):
         """The stack's output `(B, T, D)` for embedded tokens `x` `(B, T, D)`.
 
         Without a cache the tokens sit at `0 .. T-1` (under causal masks for
         a causal stack) and Keras masks flow through; with one (a list, causal
         stacks only) they sit at `index ...`, read the cached keys (and the
         causal convolution's state) of the earlier positions, and the call
-        returns `(output, updated_cache)`.
+        returns `(output, updated_cache)`. With `segment_ids` `(B, T)` (no
+        cache) the rows are packed (`keras_posenc.ops.segments`): every
+        position restarts at 0 in each document and attention stays inside
+        it.
         """
         decoding = cache is not None
+        packed, positions = {}, None
+        if segment_ids is not None:
+            if decoding:
+                _checks.fail(
+                    "segment_ids",
+                    "None with a cache (decoding runs one document per row)",
+                    "a segment_ids tensor",
+                )
+            packed = {"segment_ids": segment_ids}
+            positions = self.segment_positions(segment_ids)  # (B, T) int32
 
         def add(name, a, b):
             if self.sums:  # the same rounding layer for sequences and steps
@@ -269,13 +286,14 @@ class TransformerStack:
         where = {"start_index": index} if decoding else {}
         slots, updated = iter(cache or ()), []
         if self.absolute is not None:
-            x = add(
-                "position_sum", x, self._positions(x, self._encode_input, cache, index)
+            encoding = self._positions(
+                x, self._encode_input, cache, index, positions, segment_ids
             )
+            x = add("position_sum", x, encoding)
         x = self.embedding_norm(x)
         shared = {}  # the shared bias, evaluated once: (1, N, T, T or S_max)
         if self.shared_bias is not None:
-            shared["attention_bias"] = self._bias_once(x, cache, index)
+            shared["attention_bias"] = self._bias_once(x, cache, index, positions)
         for i, block in enumerate(self.blocks):
             if self.hpn is not None and i >= self.first:
                 if decoding and self.conv_state(i):
@@ -284,19 +302,25 @@ class TransformerStack:
                     )
                     updated.append(state)
                 else:
-                    x = self.hpn(x, i - self.first, training=training, **where)
+                    x = self.hpn(
+                        x, i - self.first, training=training, **where, **packed
+                    )
             if self.method.recursive:
                 if decoding:
                     pair = [next(slots), next(slots)]
                     x, pair = block(x, cache=pair, cache_update_index=index)
                     updated.extend(pair)
                 else:
-                    x = block(x, use_causal_mask=self.causal, training=training)
+                    x = block(
+                        x, use_causal_mask=self.causal, training=training, **packed
+                    )
             else:
                 query = x
                 if self.combined is not None and i == 0:
                     encoding, combine = self.combined
-                    query = combine(x, self._positions(x, encoding, cache, index))
+                    query = combine(
+                        x, self._positions(x, encoding, cache, index, positions)
+                    )
                 extra = dict(shared)
                 if self.gates[i] is not None:
                     if decoding:
@@ -314,23 +338,40 @@ class TransformerStack:
                     updated.append(state)
                 else:
                     causal = {"use_causal_mask": True} if self.causal else {}
-                    attended = block(query, training=training, **causal, **extra)
+                    attended = block(
+                        query, training=training, **causal, **extra, **packed
+                    )
                 x = self.norms[i](add(f"attention_sum_{i}", x, attended))
             hidden, output, dropout, norm = self.ffn[i]
             fed = dropout(output(hidden(x)), training=training)
             x = norm(add(f"ffn_sum_{i}", x, fed))
         return (x, updated) if decoding else x
 
-    def _encode_input(self, x, start_index=0):
-        """The absolute encoding added to the embeddings `x`."""
-        encoding, *fusion = self.absolute
-        positions = encoding(x, start_index=start_index)
-        for layer in fusion:
-            positions = layer(positions, start_index=start_index)
-        return positions
+    def _encode_input(self, x, start_index=0, positions=None, segment_ids=None):
+        """The absolute encoding added to the embeddings `x`.
 
-    def _positions(self, x, encode, cache, index):
-        """`encode(x)` at the tokens' positions (decoding: `index ...`)."""
+        Packed rows give the `positions` and `segment_ids` of their runs.
+        """
+        encoding, *fusion = self.absolute
+        if segment_ids is None:
+            encoded = encoding(x, start_index=start_index)
+            for layer in fusion:
+                encoded = layer(encoded, start_index=start_index)
+            return encoded
+        encoded = encoding(x, positions=positions)
+        for layer in fusion:
+            encoded = layer(encoded, segment_ids=segment_ids)
+        return encoded
+
+    def _positions(self, x, encode, cache, index, positions=None, segment_ids=None):
+        """`encode(x)` at the tokens' positions (decoding: `index ...`).
+
+        Packed rows: at `positions` `(B, T)` (`encode` also takes their
+        `segment_ids` when given).
+        """
+        if cache is None and positions is not None:
+            packed = {} if segment_ids is None else {"segment_ids": segment_ids}
+            return encode(x, positions=positions, **packed)
         if cache is None:
             return encode(x)
         max_length = next(c.shape[2] for c in cache if c.shape.rank == 5)
@@ -340,8 +381,15 @@ class TransformerStack:
 
         return ops.cache.position_rows(at, index, tf.shape(x)[1], max_length)
 
-    def _bias_once(self, x, cache, index):
-        """The shared producer's bias for tokens `x` (decoding: at `index ...`)."""
+    def _bias_once(self, x, cache, index, positions=None):
+        """The shared producer's bias for tokens `x` (decoding: at `index ...`).
+
+        Packed rows: a producer that reads more than `j - i` reads the
+        positions `(B, T)` inside each run, `(B, N, T, T)`.
+        """
+        invariant = getattr(self.shared_bias, "translation_invariant", False)
+        if cache is None and positions is not None and not invariant:
+            return self.shared_bias(x, positions=positions, key_positions=positions)
         if cache is None:
             return self.shared_bias(x)  # (1, N, T, T)
         max_length = next(c.shape[2] for c in cache if c.shape.rank == 5)
@@ -360,6 +408,20 @@ def check_sequence_length(position, sequence_length, max_length):
             fix="Use a relative method such as position='t5' for long sequences",
         )
     return sequence_length
+
+
+def packed_inputs(sequence_length, packed):
+    """`(inputs, token_ids, segment_ids or None)`: the model's `keras.Input`s.
+
+    Token ids `(B, T)` named `"tokens"`, or for packed rows a dict of
+    `"token_ids"` and `"segment_ids"` `(B, T)` (keras-hub's names).
+    """
+    if not packed:
+        tokens = keras.Input((sequence_length,), dtype="int32", name="tokens")
+        return tokens, tokens, None
+    tokens = keras.Input((sequence_length,), dtype="int32", name="token_ids")
+    segments = keras.Input((sequence_length,), dtype="int32", name="segment_ids")
+    return {"token_ids": tokens, "segment_ids": segments}, tokens, segments
 
 
 def _recursive_block(heads, width, dropout, window, parts, index, causal):

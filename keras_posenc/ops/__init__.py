@@ -13,6 +13,7 @@ from keras_posenc.ops import (
     kernels,
     quantization,
     rotary,
+    segments,
 )
 from keras_posenc.ops._toeplitz import toeplitz
 from keras_posenc.ops.attention import (
@@ -65,6 +66,7 @@ __all__ = [
     "position_range",
     "relative_positions",
     "rotary",
+    "segments",
     "sinusoid",
     "split_heads",
     "t5_relative_position_bucket",

@@ -49,7 +49,14 @@ def fold_bias(bias):
 
 
 def band_allowed(
-    query_pos, key_pos, length, num_heads, key_mask=None, query_mask=None, causal=False
+    query_pos,
+    key_pos,
+    length,
+    num_heads,
+    key_mask=None,
+    query_mask=None,
+    causal=False,
+    runs=None,
 ):
     """Boolean `(B or 1, N*nb, W, 3W)`: which band keys each query may see.
 
@@ -59,6 +66,8 @@ def band_allowed(
         num_heads: int N.
         key_mask, query_mask: boolean `(B, T)` or None.
         causal: bool, also hide keys `j > i`.
+        runs: int `(B, T)` or None, the documents of packed rows
+            (`ops.segments.runs`): also hide keys of another run.
     """
     blocks, window = query_pos.shape[0], query_pos.shape[1]
     if blocks is None:
@@ -69,11 +78,16 @@ def band_allowed(
     allowed = tf.broadcast_to(allowed, [blocks, window, 3 * window])[None, None]
     padded = blocks * window
     if key_mask is not None:
-        keys = _band_of_mask(key_mask, padded, blocks, window)  # (B, nb, 3W)
+        keys = band_of_rows(tf.cast(key_mask, tf.bool), window, False)  # (B, nb, 3W)
         allowed = tf.logical_and(allowed, keys[:, None, :, None, :])
     if query_mask is not None:
         rows = tf.reshape(_pad_mask(query_mask, padded), [-1, blocks, window])
         allowed = tf.logical_and(allowed, rows[:, None, :, :, None])
+    if runs is not None:
+        query_runs = rows_of_blocks(runs, window, -1)  # (B, nb, W)
+        key_runs = band_of_rows(runs, window, -1)  # (B, nb, 3W)
+        same = tf.equal(query_runs[:, :, :, None], key_runs[:, :, None, :])
+        allowed = tf.logical_and(allowed, same[:, None])  # (B, 1, nb, W, 3W)
     allowed = tf.broadcast_to(
         allowed, [tf.shape(allowed)[0], num_heads, blocks, window, 3 * window]
     )
@@ -103,19 +117,35 @@ def _pad_to(x, padded):
     return tf.concat([x, tf.zeros(shape, x.dtype)], axis=2)
 
 
-def _pad_mask(mask, padded):
-    mask = tf.cast(mask, tf.bool)
-    extra = padded - dim(mask, 1)
-    return tf.concat([mask, tf.zeros([tf.shape(mask)[0], extra], tf.bool)], 1)
+def band_of_rows(values, window, fill):
+    """Per-token values `(B, T)` -> each block's band of them `(B, nb, 3W)`.
 
-
-def _band_of_mask(mask, padded, blocks, window):
-    """`(B, T)` key mask -> `(B, nb, 3W)` for the band."""
-    mask = _pad_mask(mask, padded)
-    edge = tf.zeros([tf.shape(mask)[0], window], tf.bool)
-    framed = tf.concat([edge, mask, edge], axis=1)
+    Slots before the first and past the last token hold `fill`.
+    """
+    blocks = -(-dim(values, 1) // window)
+    padded = blocks * window
+    values = _pad_values(values, padded, fill)
+    edge = tf.fill([tf.shape(values)[0], window], tf.cast(fill, values.dtype))
+    framed = tf.concat([edge, values, edge], axis=1)
     views = [
         tf.reshape(framed[:, start : start + padded], [-1, blocks, window])
         for start in (0, window, 2 * window)
     ]
     return tf.concat(views, axis=2)
+
+
+def rows_of_blocks(values, window, fill):
+    """Per-token values `(B, T)` -> each block's queries' values `(B, nb, W)`."""
+    blocks = -(-dim(values, 1) // window)
+    return tf.reshape(_pad_values(values, blocks * window, fill), [-1, blocks, window])
+
+
+def _pad_values(values, padded, fill):
+    """Pads axis 1 of `(B, T)` to `padded` with `fill`."""
+    extra = padded - dim(values, 1)
+    tail = tf.fill([tf.shape(values)[0], extra], tf.cast(fill, values.dtype))
+    return tf.concat([values, tail], 1)
+
+
+def _pad_mask(mask, padded):
+    return _pad_values(tf.cast(mask, tf.bool), padded, False)

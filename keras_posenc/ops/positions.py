@@ -133,7 +133,9 @@ def alibi_bias(relative_position, num_heads, bidirectional=True):
     return -(left_slope[:, None, None] * before + right_slope[:, None, None] * after)
 
 
-def clipped_table_mean(table, query_length, key_length, start_index=0, causal=False):
+def clipped_table_mean(
+    table, query_length, key_length, start_index=0, causal=False, positions=None
+):
     """`mean_j table[clip(j - i, -M, M) + M]` for every query `i`, in O(T*D).
 
     Equals averaging the dense `(T, S, D)` relative tensor over keys without
@@ -148,21 +150,28 @@ def clipped_table_mean(table, query_length, key_length, start_index=0, causal=Fa
         start_index: position of the first query (keys are at `0 .. S-1`).
         causal: bool, average over the keys `j <= i` only (`key_length` is
             then unused): the mean no longer depends on later tokens.
+        positions: optional int `(B, T)` query positions in place of
+            `start_index ...` (packed rows, `ops.segments.positions`), with
+            `key_length` then `(B, T)`: each query's own key count.
 
     Returns:
-        A float32 tensor `(T, D)` (`(B, T, D)` for per-example key counts).
+        A float32 tensor `(T, D)` (`(B, T, D)` for per-example key counts or
+        positions).
     """
     table = tf.cast(table, tf.float32)
     rows = table.shape[0]
     m = (rows - 1) // 2
-    i = tf.range(query_length) + start_index  # (T,)
+    if positions is None:
+        i = tf.range(query_length) + start_index  # (T,)
+    else:
+        i = tf.cast(positions, tf.int32)  # (B, T)
     keys = tf.convert_to_tensor(key_length)
-    if keys.shape.rank == 1:  # one key count per example: (B, 1) against (T,)
+    if keys.shape.rank == 1 and positions is None:  # (B, 1) against (T,)
         keys = keys[:, None]
     first, last = -i, keys - 1 - i  # distance range of each query
     count = tf.cast(keys, tf.float32)[..., None]
     if causal:
-        last, count = tf.zeros_like(i), tf.cast(i + 1, tf.float32)[:, None]
+        last, count = tf.zeros_like(i), tf.cast(i + 1, tf.float32)[..., None]
     left = tf.maximum(0, tf.minimum(last, -m - 1) - first + 1)  # count below -M
     right = tf.maximum(0, last - tf.maximum(first, m + 1) + 1)  # count above M
     lo = tf.clip_by_value(tf.maximum(first, -m), -m, m + 1) + m

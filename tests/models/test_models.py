@@ -2,6 +2,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from marks import per_kind_in_keras2
+from packed_rows import assert_each_document_reads_as_alone
 
 from keras_posenc import RelativeMultiHeadAttention, models
 
@@ -143,20 +144,28 @@ def test_rejects_bad_num_classes():
     [(p, None) for p in per_kind_in_keras2(models.POSITION_METHODS)]
     + [(p, 4) for p in per_kind_in_keras2(models.LOCAL_METHODS)],
 )
-def test_padding_never_changes_real_token_outputs(position, window):
-    """Every method: real tokens read the same with 2 or 7 padded slots."""
+def test_padding_and_packing_never_change_real_token_outputs(position, window):
+    """Every method, one packed model: real tokens read the same with 2 or 7
+    padded slots (Keras masks), and each document of a packed row reads as
+    alone (its positions restart, its attention stays inside it)."""
     model = models.build_token_classifier(
         3,
-        vocab_size=10,
+        vocab_size=30,
         position=position,
         mask_zero=True,
         attention_window=window,
+        packed=True,
         **SMALL,
     )
     real = np.array([[4, 5, 6, 7, 8, 9], [3, 1, 4, 1, 5, 9]])
-    short = model(np.pad(real, [(0, 0), (0, 2)])).numpy()
-    long = model(np.pad(real, [(0, 0), (0, 7)])).numpy()
+
+    def one_document(ids):
+        return model({"token_ids": ids, "segment_ids": np.ones_like(ids)}).numpy()
+
+    short = one_document(np.pad(real, [(0, 0), (0, 2)]))
+    long = one_document(np.pad(real, [(0, 0), (0, 7)]))
     np.testing.assert_allclose(long[:, :6], short[:, :6], atol=1e-5)
+    assert_each_document_reads_as_alone(model)  # starts at multiples of 4
 
 
 @pytest.mark.parametrize(
