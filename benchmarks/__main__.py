@@ -13,6 +13,7 @@ from benchmarks import (
     lm_edge,
     local,
     memory,
+    packed,
     profile,
     qat,
     rope,
@@ -36,6 +37,7 @@ BENCHMARKS = {
     "lm_edge": lm_edge,
     "generate": generate,
     "streaming": streaming,
+    "packed": packed,
     "qat": qat,  # both parts; each alone:
     "qat_digits": SimpleNamespace(run=qat.run_digits),
     "qat_lm": SimpleNamespace(run=qat.run_lm),

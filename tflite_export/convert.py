@@ -135,10 +135,7 @@ def _trained_ranges_input(model, mode, sequence_length):
             "A quantization-aware model converts without data in mode='int8' "
             f"only. Received: mode={mode!r}"
         )
-    if len(model.inputs) != 1:
-        raise ExportError(
-            f"`model` must have exactly one input. Received: {len(model.inputs)}"
-        )
+    _check_one_input(model)
     spec = model.inputs[0]
     shape = list(spec.shape[1:])
     if shape and shape[0] is None:
@@ -198,12 +195,27 @@ def check_io_types(model_bytes, mode, input_dtype):
         )
 
 
+def _check_one_input(model):
+    """An `ExportError` unless `model` has one input (a packed model has two)."""
+    if len(model.inputs) == 1:
+        return
+    names = [getattr(spec, "name", "?") for spec in model.inputs]
+    fix = ""
+    if any("segment_ids" in str(name) for name in names):
+        fix = (
+            ". A packed model (packed=True) is a training form: build the same "
+            "model with packed=False, copy its weights (set_weights), and "
+            "convert that (one document per row)"
+        )
+    raise ExportError(
+        f"`model` must have exactly one input. Received: {len(model.inputs)} "
+        f"inputs {names}{fix}"
+    )
+
+
 def check_representative_data(model, data, sequence_length=None):
     """The calibration array, checked against the model's one input."""
-    if len(model.inputs) != 1:
-        raise ExportError(
-            f"`model` must have exactly one input. Received: {len(model.inputs)}"
-        )
+    _check_one_input(model)
     spec = model.inputs[0]
     expected = tuple(spec.shape[1:])
     data = np.asarray(data)

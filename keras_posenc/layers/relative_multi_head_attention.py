@@ -105,9 +105,9 @@ class RelativeMultiHeadAttention(
             keys), so time and memory grow linearly in T and the bias is
             evaluated on the band (one band if it reads `j - i` only). It equals
             dense attention under `keras_posenc.ops.band_mask`. It takes Keras
-            masks and causal masking, not an `attention_mask`, `attention_bias`,
-            explicit positions or returned scores (no LSH attention: nothing
-            here shows it beating this exact band). Defaults to `None` (dense).
+            masks, causal masking and `segment_ids`, not an `attention_mask`,
+            `attention_bias`, explicit positions or returned scores.
+            Defaults to `None` (dense).
         rotary: a `RotaryEmbedding` turning the projected queries and keys at
             their true positions, or None. Defaults to `None`.
         contextual_position: a `ContextualPosition` (CoPE), the door for a

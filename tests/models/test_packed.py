@@ -20,10 +20,10 @@ from keras_posenc.data import language_modeling as lm
 SMALL = dict(hidden_dim=8, num_heads=2, num_layers=2, max_length=32)
 
 
-#: The Keras 2 pass: a method for each layer that reads packed rows its own way
-#: (absolute tables and the gate, the generator's convolution, the recursive
-#: block, rotations); the layers' ops are the same in both passes.
-KERAS2 = ("gated", "hybrid", "recursive", "rope")
+#: The Keras 2 pass: the methods whose packed paths differ when causal (the
+#: generator's causal convolution, gated fusion's causal mean); the encoders'
+#: packed rows run one method per kind in both passes (`test_models.py`).
+KERAS2 = ("gated", "hybrid")
 
 
 @pytest.mark.parametrize(
@@ -73,7 +73,7 @@ def test_unaligned_documents_never_see_each_other_block_local(position):
     assert not np.allclose(after[:, :5], before[:, :5])
 
 
-def test_a_packed_lm_fits_on_packed_rows_saves_and_generates(tmp_path):
+def test_a_packed_lm_fits_on_packed_rows_and_saves(tmp_path):
     documents = [np.arange(1, n + 1) % 29 + 1 for n in (3, 9, 5, 12, 4, 7, 2, 10)]
     inputs, labels, weights = lm.pack(documents, 16)
     keras.utils.set_random_seed(0)
@@ -90,18 +90,25 @@ def test_a_packed_lm_fits_on_packed_rows_saves_and_generates(tmp_path):
     loaded = keras.models.load_model(tmp_path / "packed.keras")
     assert loaded.get_config()["packed"] is True
     np.testing.assert_allclose(loaded(inputs).numpy(), model(inputs).numpy(), atol=1e-6)
-    # Generation and scoring run one document per row (`logits`): greedy
-    # tokens are the argmax of the recomputed logits, scores their log-softmax.
-    tokens = model.generate([[3, 4, 5]], max_new_tokens=4)[0]
-    for t in range(3, 7):
-        logits = model.logits(tokens[None, :t]).numpy()[0, -1]
-        assert tokens[t] == np.argmax(logits)
-    log_probs = tf.nn.log_softmax(model.logits(tokens[None, :-1]))[0].numpy()
-    np.testing.assert_allclose(
-        model.score(tokens[None])[0],
-        log_probs[np.arange(6), tokens[1:]],
-        atol=1e-5,
-    )
+
+
+if IS_KERAS_3:  # one pass: generation reads the model as the unpacked one
+
+    def test_a_packed_lm_generates_and_scores_one_document_per_row():
+        """Greedy tokens are the argmax of the recomputed logits (`logits`
+        reads a row as one document), scores their log-softmax."""
+        keras.utils.set_random_seed(0)
+        model = models.build_causal_lm(30, position="alibi", packed=True, **SMALL)
+        tokens = model.generate([[3, 4, 5]], max_new_tokens=4)[0]
+        for t in range(3, 7):
+            logits = model.logits(tokens[None, :t]).numpy()[0, -1]
+            assert tokens[t] == np.argmax(logits)
+        log_probs = tf.nn.log_softmax(model.logits(tokens[None, :-1]))[0].numpy()
+        np.testing.assert_allclose(
+            model.score(tokens[None])[0],
+            log_probs[np.arange(6), tokens[1:]],
+            atol=1e-5,
+        )
 
 
 def test_segment_positions_restart_in_each_run():
