@@ -29,9 +29,15 @@ def bits_oracle(logits, targets):
     return float(np.mean(-np.log2(picked)))
 
 
-def test_float32_litert_reads_the_text_as_keras_does():
-    model, tokens = lm(), ids()
-    model_bytes = convert_causal_lm(model, tokens, mode="float32", max_length=12)
+@pytest.fixture(scope="module")
+def float32_export():
+    """`(model, bytes)`: one float32 LiteRT export, read by several tests."""
+    model = lm()
+    return model, convert_causal_lm(model, ids(), mode="float32", max_length=12)
+
+
+def test_float32_litert_reads_the_text_as_keras_does(float32_export):
+    (model, model_bytes), tokens = float32_export, ids()
     report = verify_causal_lm(model_bytes, model, tokens)
     want = bits_oracle(model(tokens).numpy()[:, :-1].astype("float64"), tokens[:, 1:])
     assert report.bits_per_token_keras == pytest.approx(want, abs=1e-5)
@@ -65,8 +71,7 @@ def test_an_int8_tflm_export_reports_its_arena_and_agreement():
         (lambda b, m: verify_causal_lm(b, m, ids()[0]), ValueError, "token_ids"),
     ],
 )
-def test_bad_arguments_are_refused(call, error, match):
-    model = lm()
-    model_bytes = convert_causal_lm(model, ids(), mode="float32", max_length=12)
+def test_bad_arguments_are_refused(call, error, match, float32_export):
+    model, model_bytes = float32_export
     with pytest.raises(error, match=match):
         call(model_bytes, model)
