@@ -13,10 +13,10 @@ in one process; tokens/s counts the predicted tokens.
 import time
 
 import numpy as np
+import tensorflow as tf
 
 from benchmarks._common import write
 from keras_posenc import models
-from keras_posenc._compat import keras
 from keras_posenc.data import language_modeling as lm
 
 METHODS = ("rope", "t5", "learned")
@@ -40,7 +40,7 @@ def run(quick):
     for method in METHODS:
         fits = {}
         for kind, (x, y, w) in feeds.items():
-            keras.utils.set_random_seed(0)
+            tf.keras.utils.set_random_seed(0)
             model = models.build_causal_lm(
                 lm.VOCAB_SIZE,
                 hidden_dim=64,
@@ -51,8 +51,8 @@ def run(quick):
                 packed=kind == "packed",
             )
             model.compile(
-                keras.optimizers.Adam(1e-3),
-                keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                tf.keras.optimizers.Adam(1e-3),
+                tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
             )
             warm = _take(x, 2 * batch)
             model.fit(warm, y[: 2 * batch], sample_weight=w[: 2 * batch], verbose=0)

@@ -156,3 +156,19 @@ class ForgettingGate(keras.layers.Layer):
         log_forward, _ = self.log_gates(inputs)
         running, sums = ops.forgetting.step_sums(log_forward, sums, index)
         return ops.forgetting.step_bias(running, sums), sums
+
+    def rolling_step(self, inputs, gates, index, sink_tokens):
+        """`step` over a rolling cache of attention sinks (`sink_tokens`).
+
+        `gates` `(B, S, N)` holds each cached slot's log-gate (the rolling
+        state: `ops.forgetting.rolling_bias`), and the decay sums the gates
+        of the tokens the cache holds between key and query. Returns the
+        float32 bias `(B, N, T, S)` and the updated `gates`.
+        """
+        if self.bidirectional:
+            raise ValueError(
+                "`bidirectional` must be False to decode step by step (a key "
+                "after the query does not exist yet). Received: bidirectional=True"
+            )
+        log_forward, _ = self.log_gates(inputs)
+        return ops.forgetting.rolling_bias(log_forward, gates, index, sink_tokens)

@@ -2,8 +2,8 @@
 
 from keras_posenc import _checks
 from keras_posenc._compat import (
-    incoming_mask,
     build_sublayer,
+    incoming_mask,
     keras,
     optional_layer,
     register,

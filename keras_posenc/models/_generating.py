@@ -108,8 +108,8 @@ class Generating:
         first ones; refused for a model whose positions a rolling cache cannot
         hold (`TransformerStack.streaming_blocker`: absolute encodings such as
         `learned`, generators, the recursive stream, gated fusion, a shared
-        bias, the forgetting gate, CoPE, block-local windows, length-dependent
-        rotary types, quantize=True).
+        bias, CoPE, block-local windows, length-dependent rotary types,
+        quantize=True).
         """
         cache_window = _checks.positive_int("cache_window", cache_window)
         sink_tokens = _checks.positive_int("sink_tokens", sink_tokens, minimum=0)
@@ -121,7 +121,8 @@ class Generating:
                 f"the cache, which {blocker} cannot read",
                 cache_window,
                 fix="Stream with a method whose positions live in the attention "
-                "(alibi, t5, clipped, dynamic_bias, kerple, fire, rope, xpos, none)",
+                "(alibi, t5, clipped, dynamic_bias, kerple, fire, rope, xpos, fox, "
+                "none)",
             )
         return sink_tokens, sink_tokens + cache_window
 

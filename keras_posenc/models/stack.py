@@ -209,8 +209,10 @@ class TransformerStack:
         A rolling cache keeps positions inside the cache, which only
         positions that live in the attention can read (biases, rotations);
         the embedding's absolute encodings, the position generators, the
-        recursive block's position stream, gated fusion, a shared bias, the
-        forgetting gate's running sums and CoPE's counts are not built for it.
+        recursive block's position stream, gated fusion, a shared bias and
+        CoPE's counts are not built for it. The forgetting gate keeps each
+        slot's log-gate and sums them in cache order
+        (`ForgettingGate.rolling_step`).
         """
         parts = (
             (
@@ -221,10 +223,6 @@ class TransformerStack:
             (self.hpn is not None, "a position generator network"),
             (self.method.recursive, "the recursive position stream"),
             (self.shared_bias is not None, "share_position_bias=True"),
-            (
-                any(g is not None for g in self.gates),
-                "the forgetting gate's running sums (not built for a rolling cache)",
-            ),
             (bool(self.sums), "quantize=True"),
         )
         for blocked, why in parts:
@@ -323,7 +321,13 @@ class TransformerStack:
                     )
                 extra = dict(shared)
                 if self.gates[i] is not None:
-                    if decoding:
+                    if decoding and sink_tokens is not None:
+                        gate = self.gates[i].rolling_step(
+                            query, next(slots), index, sink_tokens
+                        )
+                        extra["attention_bias"], sums = gate
+                        updated.append(sums)
+                    elif decoding:
                         gate = self.gates[i].step(query, next(slots), index)
                         extra["attention_bias"], sums = gate
                         updated.append(sums)

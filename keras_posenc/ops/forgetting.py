@@ -8,7 +8,7 @@ previous position (`step_sums`).
 
 import tensorflow as tf
 
-from keras_posenc.ops.cache import write_rows
+from keras_posenc.ops.cache import rolling_positions, write_rows
 
 
 def decay_bias(log_forward, log_backward=None):
@@ -54,3 +54,30 @@ def step_bias(running, sums):
     c_i = tf.transpose(running, [0, 2, 1])[:, :, :, None]  # (B, N, T, 1)
     c_j = tf.transpose(sums, [0, 2, 1])[:, :, None, :]  # (B, N, 1, S_max)
     return c_i - c_j
+
+
+def rolling_bias(log_forward, gates, index, sink_tokens):
+    """Bias `(B, N, T, S)` of new tokens over a rolling cache, and the state.
+
+    The rolling form of the decay (attention sinks, `rolling_positions`):
+    `gates` `(B, S, N)` holds each slot's own log-gate `log f` (not a running
+    sum), the new tokens' are written at their slot, and the gates are summed
+    in the cache's order: `D[i, j]` is the sum of `log f_l` over the cached
+    tokens `l` placed after `j`, up to the query `i`, the decay over the text
+    the cache holds (an evicted token's gate drops out, as its distance
+    does for the positions inside the cache). Sums of at most `S` terms: no
+    running value grows with the stream.
+    """
+    slots = gates.shape[1]
+    slot, q_pos, k_pos, mask = rolling_positions(
+        index, tf.shape(log_forward)[1], sink_tokens, slots
+    )
+    gates = write_rows(gates, log_forward, slot)
+    written = mask[-1]  # (S,): the slots holding a token (the last query sees all)
+    placed = k_pos[None, :] <= k_pos[:, None]  # (S, S): slot l at or before slot s
+    placed = tf.cast(tf.logical_and(placed, written[None, :]), gates.dtype)
+    seen = k_pos[None, :] <= q_pos[:, None]  # (T, S): slot l at or before query t
+    seen = tf.cast(tf.logical_and(seen, written[None, :]), gates.dtype)
+    c_keys = tf.einsum("bln,sl->bns", gates, placed)  # (B, N, S)
+    c_queries = tf.einsum("bln,tl->bnt", gates, seen)  # (B, N, T)
+    return c_queries[:, :, :, None] - c_keys[:, :, None, :], gates

@@ -7,6 +7,7 @@ import tensorflow as tf
 from keras_posenc import IS_KERAS_3
 from keras_posenc.models import build_causal_lm
 from tflite_export import (
+    ExportError,
     convert_causal_lm,
     device_contract,
     generate_tflite,
@@ -33,7 +34,7 @@ def calibration(length=30):
 
 #: One method per kind of in-cache position (bias table, rotation; under
 #: Keras 2 the bias only: the TFLite graph is the same ops in both modes).
-STREAMED = ("t5", "rope", "xpos", "fire") if IS_KERAS_3 else ("alibi",)
+STREAMED = ("t5", "rope", "xpos", "fire", "fox") if IS_KERAS_3 else ("alibi",)
 
 
 @pytest.mark.parametrize("position", STREAMED)
@@ -113,7 +114,7 @@ def test_the_contract_and_header_say_the_step_streams():
         ("t5", {"cache_window": 0}, ValueError, "cache_window"),
         ("t5", {"sink_tokens": -1}, ValueError, "sink_tokens"),
         ("learned", {}, ValueError, "cache_window.*absolute position encoding"),
-        ("fox", {"mode": "float32"}, ValueError, "cache_window.*forgetting gate"),
+        ("fox", {}, ExportError, "forgetting gate's log-sigmoid needs LOG"),
     ],
 )
 def test_streaming_exports_a_rolling_cache_cannot_hold_are_refused(

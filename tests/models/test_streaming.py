@@ -20,6 +20,7 @@ STREAMING = (
     "fire",
     "rope",
     "xpos",
+    "fox",
 )
 
 
@@ -42,7 +43,7 @@ def log_softmax(x):
 #: One method per kind of producer that streams (`clipped` reads T5's
 #: buckets, `kerple` ALiBi's distances and `xpos` RoPE's rotation; the
 #: oracle below reads `xpos` and `fire` past the cache's length).
-NEVER_ROLLS = ("none", "t5", "alibi", "dynamic_bias", "fire", "rope")
+NEVER_ROLLS = ("none", "t5", "alibi", "dynamic_bias", "fire", "rope", "fox")
 
 
 @pytest.mark.parametrize(
@@ -62,7 +63,9 @@ def test_a_rolling_cache_that_never_rolls_is_the_full_cache(position):
 
 @pytest.mark.parametrize(
     "position",
-    fast_only(("alibi", "t5", "rope", "fire", "xpos"), ("t5", "rope"), per_kind=True),
+    fast_only(
+        ("alibi", "t5", "rope", "fire", "xpos", "fox"), ("t5", "rope"), per_kind=True
+    ),
 )
 def test_one_layer_reads_its_rolling_cache_as_a_fresh_text(position):
     """The oracle: past the cache's length, a one-layer model's next-token
@@ -118,7 +121,6 @@ def test_xla_streams_the_graphs_tokens():
         ("learned", {}, "cache_window.*absolute position encoding"),
         ("hybrid", {}, "cache_window.*absolute"),
         ("recursive", {}, "cache_window.*recursive"),
-        ("fox", {}, "cache_window.*forgetting gate"),
         ("cope", {}, "cache_window.*CoPE"),
         ("t5", {"share_position_bias": True}, "cache_window.*share_position_bias"),
         ("t5", {"attention_window": 3}, "cache_window.*attention_window"),
