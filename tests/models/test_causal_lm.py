@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from marks import fast_only
+from packed_rows import WINDOW, assert_each_document_reads_as_alone
 
 from keras_posenc import generation, samplers
 from keras_posenc._compat import keras
@@ -43,19 +44,23 @@ FAST = ("learned", "t5", "hybrid", "rope")
 
 @pytest.mark.parametrize("position", fast_only(POSITION_METHODS, FAST, per_kind=True))
 def test_each_method_is_causal_caches_exactly_and_generates_alike(position):
-    """One model per method, three contracts (keras-hub#2861 lost ALiBi here)."""
-    model = small(position)
+    """One packed model per method, four contracts (keras-hub#2861 lost ALiBi
+    here); a packed model decodes one document per row (`logits`)."""
+    model = small(position, packed=True)
     x = tokens()
     # Changing token t never changes the logits before t.
     for t in (0, 5, 10):
         changed = x.copy()
         changed[:, t] = changed[:, t] % (VOCAB - 1) + 1
-        before, after = model(x).numpy(), model(changed).numpy()
+        before, after = model.logits(x).numpy(), model.logits(changed).numpy()
         np.testing.assert_allclose(after[:, :t], before[:, :t], atol=1e-6)
         assert np.abs(after[:, t:] - before[:, t:]).max() > 1e-4  # t is read
     # Prefill then one token at a time equals the full recompute.
     x = x[:, :10]
-    np.testing.assert_allclose(cached_logits(model, x, 4), model(x), atol=2e-5)
+    np.testing.assert_allclose(cached_logits(model, x, 4), model.logits(x), atol=2e-5)
+    # Each document of a packed row reads as alone (positions restart in
+    # each, attention stays inside it).
+    assert_each_document_reads_as_alone(model, vocab=VOCAB)
     # Greedy tokens of the compiled loop with the cache equal tokens
     # recomputed every step by the step-by-step loop.
     prompts = [[3, 1, 4, 1, 5], [9, 2], [6, 5, 3]]  # different lengths
@@ -104,9 +109,11 @@ WINDOWED = ("learned", "t5", "dynamic_bias", "hybrid", "recursive", "rope", "gat
 
 @pytest.mark.parametrize("position", fast_only(WINDOWED, ("t5", "rope"), per_kind=True))
 def test_windowed_caching_and_generation_equal_full_recompute(position):
-    model = small(position, attention_window=3)
+    """Packed too: documents at multiples of the window read as alone."""
+    model = small(position, attention_window=WINDOW, packed=True)
     x = tokens(length=10)
-    np.testing.assert_allclose(cached_logits(model, x, 4), model(x), atol=2e-5)
+    np.testing.assert_allclose(cached_logits(model, x, 4), model.logits(x), atol=2e-5)
+    assert_each_document_reads_as_alone(model, vocab=VOCAB)
     prompts = [[3, 1, 4, 1, 5], [9, 2]]
     np.testing.assert_array_equal(
         model.generate(prompts, max_new_tokens=6),

@@ -1,9 +1,14 @@
-"""Packed rows: every method gives each document of a row its logits alone."""
+"""Packed rows: shared biases, block-local isolation, fitting, the layers' parts.
+
+Every method's packed causal LM is held in `tests/models/test_causal_lm.py`
+(dense and block-local, beside its caching contracts) and its packed
+encoder in `tests/models/test_models.py`.
+"""
 
 import numpy as np
 import pytest
 import tensorflow as tf
-from packed_rows import WINDOW, assert_each_document_reads_as_alone, packed_row
+from packed_rows import assert_each_document_reads_as_alone, packed_row
 
 from keras_posenc import (
     IS_KERAS_3,
@@ -18,33 +23,6 @@ from keras_posenc._compat import keras
 from keras_posenc.data import language_modeling as lm
 
 SMALL = dict(hidden_dim=8, num_heads=2, num_layers=2, max_length=32)
-
-
-#: The Keras 2 pass: the methods whose packed paths differ when causal (the
-#: generator's causal convolution, gated fusion's causal mean); the encoders'
-#: packed rows run one method per kind in both passes (`test_models.py`).
-KERAS2 = ("gated", "hybrid")
-
-
-@pytest.mark.parametrize(
-    "position",
-    [p for p in models.POSITION_METHODS if IS_KERAS_3 or p in KERAS2],
-)
-def test_a_packed_row_gives_each_document_its_logits_alone(position):
-    """Causal LMs, dense or block-local (alternating by method; the encoders'
-    packed rows: `tests/models/test_models.py`): positions restart in each
-    document and attention stays inside it."""
-    keras.utils.set_random_seed(1)
-    local = position in models.LOCAL_METHODS
-    local = local and models.POSITION_METHODS.index(position) % 2 == 1
-    model = models.build_causal_lm(
-        30,
-        position=position,
-        packed=True,
-        attention_window=WINDOW if local else None,
-        **SMALL,
-    )
-    assert_each_document_reads_as_alone(model)
 
 
 @pytest.mark.parametrize("position", ["fire", "t5"])
