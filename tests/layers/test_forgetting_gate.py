@@ -109,3 +109,19 @@ def test_bad_arguments_are_refused():
         ForgettingGate(2).step(tf.zeros((1, 1, 4)), tf.zeros((1, 4, 2)), 0)
     with pytest.raises(ValueError, match="The last axis of the input must be known"):
         ForgettingGate(2).build((1, 4, None))
+
+
+def test_a_rolling_state_that_never_rolls_gives_the_whole_sequences_bias():
+    """`rolling_step` token by token into 8 slots (2 sinks): while nothing is
+    evicted, the gates summed in cache order are the text's running sums."""
+    gate = ForgettingGate(2, bidirectional=False)
+    x = tf.random.normal((1, 6, 4))
+    whole = gate(x).numpy()  # (1, N, T, T)
+    gates = tf.zeros((1, 8, 2))
+    rows = []
+    for t in range(6):
+        bias, gates = gate.rolling_step(x[:, t : t + 1], gates, t, sink_tokens=2)
+        rows.append(bias.numpy()[:, :, 0, :6])  # the slots hold positions 0..5
+    got = np.stack(rows, axis=2)
+    seen = np.tril(np.ones((6, 6), bool))
+    np.testing.assert_allclose(got[..., seen], whole[..., seen], atol=1e-5)
