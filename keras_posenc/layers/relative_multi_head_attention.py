@@ -2,7 +2,8 @@
 
 One class, `RelativeMultiHeadAttention`: its projections (named as Keras'),
 the dense attention path and the call checks; the block-local path
-(`_local_attention.py`) and cached decoding (`_cached_decoding.py`) are mixins.
+(`_local_attention.py`), LSH attention (`_lsh_attention.py`), packed rows
+(`_packed_attention.py`) and cached decoding (`_cached_decoding.py`) are mixins.
 """
 
 import math
@@ -24,6 +25,7 @@ from keras_posenc._compat import (
 from keras_posenc.layers import _rope_checks
 from keras_posenc.layers._cached_decoding import CACHE_POINT, CachedDecoding, _plus
 from keras_posenc.layers._local_attention import LocalAttention
+from keras_posenc.layers._lsh_attention import LSHAttention, check_lsh
 from keras_posenc.layers._packed_attention import PackedAttention, segment_mask
 from keras_posenc.layers._rounding import rounder, rounding_points
 from keras_posenc.layers.contextual_position import ContextualPosition
@@ -51,7 +53,7 @@ ROTARY_POINTS = tuple(
 
 @register
 class RelativeMultiHeadAttention(
-    CachedDecoding, LocalAttention, PackedAttention, keras.layers.Layer
+    CachedDecoding, LocalAttention, LSHAttention, PackedAttention, keras.layers.Layer
 ):
     """Multi-head attention with a position bias: `softmax(QK^T/sqrt(H) + B) V`.
 
@@ -133,6 +135,30 @@ class RelativeMultiHeadAttention(
             decoding export holds them (`tflite_export.convert_causal_lm`);
             decoding with a `cache` needs it, and then equals a recompute
             exactly. Self-attention with `value_dim` None. Defaults to False.
+        attention_type: str, `"dense"` (or block-local with
+            `attention_window`) or `"lsh"`: LSH attention (Kitaev et al.
+            2020, `keras_posenc.ops.lsh`), self-attention whose keys are the
+            queries' projection (shared QK, as unit vectors: the layer has
+            no `key_dense` and reads no `key` input), hashed by random
+            rotations into `ceil(T / bucket_size)` buckets (even, at least
+            2) in `num_hashes` rounds; each query attends to the keys of its
+            chunk of the sorted order and of the chunk before it, to itself
+            only when nothing else is allowed, and the rounds combine by
+            their log-sum-exp. Time and memory grow as `T log T`; with one
+            chunk (`bucket_size >= T`) it is dense shared-QK attention. The
+            bias is evaluated at the true positions of every scored pair.
+            Takes Keras masks, causal masking (a query's chunk depends on
+            the buckets of later tokens, not on their values: no cached
+            decoding) and `segment_ids`; not `attention_window`,
+            `quantize`, `contextual_position`, `attention_mask`,
+            `attention_bias`, explicit positions, returned scores or a
+            `cache`; no TFLite export (it sorts). Defaults to `"dense"`.
+        num_hashes: int R, the hashing rounds of `"lsh"`. Defaults to `2`.
+        bucket_size: int C, the chunk length of `"lsh"`. Defaults to `64`.
+        hash_seed: int, the seed of the rotations of `"lsh"`: they are a
+            function of the seed and the bucket count, fixed (Reformer draws
+            new ones at every step), so a call, a saved model and a graph
+            give the same buckets. Defaults to `0`.
 
     Call arguments:
         query: tensor `(B, T, Dq)`.
@@ -215,6 +241,10 @@ class RelativeMultiHeadAttention(
         quantize=False,
         quantize_cache=False,
         contextual_position=None,
+        attention_type="dense",
+        num_hashes=2,
+        bucket_size=64,
+        hash_seed=0,
         **kwargs,
     ):
         num_heads = _checks.positive_int("num_heads", num_heads)
@@ -257,7 +287,21 @@ class RelativeMultiHeadAttention(
                 quantize_cache,
                 fix=f"Received quantize={quantize}, value_dim={value_dim}",
             )
+        lsh = check_lsh(
+            attention_type,
+            dict(
+                num_hashes=num_hashes,
+                bucket_size=bucket_size,
+                hash_seed=hash_seed,
+                attention_window=attention_window,
+                quantize=quantize,
+                contextual_position=contextual_position,
+            ),
+            type(self).compute_attention
+            is not RelativeMultiHeadAttention.compute_attention,
+        )
         super().__init__(**kwargs)
+        self.attention_type, self.num_hashes, self.bucket_size, self.hash_seed = lsh
         self.num_heads = num_heads
         self.key_dim = key_dim
         self.value_dim = value_dim
@@ -283,7 +327,9 @@ class RelativeMultiHeadAttention(
         width = _checks.known_width(query_shape, "query")
         heads_v = self.num_heads * (self.value_dim or self.key_dim)
         self._query_dense = self._dense(self.num_heads * self.key_dim, "query")
-        self._key_dense = self._dense(self.num_heads * self.key_dim, "key")
+        self._key_dense = None  # LSH: the keys are the queries' projection
+        if self.attention_type != "lsh":
+            self._key_dense = self._dense(self.num_heads * self.key_dim, "key")
         self._value_dense = self._dense(heads_v, "value")
         self._output_dense = self._dense(self.output_dim or width, "attention_output")
         build_sublayer(self._query_dense, query_shape)
@@ -293,7 +339,8 @@ class RelativeMultiHeadAttention(
         if value_shape is not None:
             build_sublayer(self._value_dense, value_shape)
             key_shape = key_shape if key_shape is not None else value_shape
-            build_sublayer(self._key_dense, key_shape)
+            if self._key_dense is not None:
+                build_sublayer(self._key_dense, key_shape)
         build_sublayer(self._output_dense, tuple(query_shape[:-1]) + (heads_v,))
         if self.position_bias is not None and not self.position_bias.built:
             build_sublayer(self.position_bias, query_shape)
@@ -417,6 +464,10 @@ class RelativeMultiHeadAttention(
                 "quantize": self.quantize,
                 "quantize_cache": self.quantize_cache,
                 "contextual_position": serialize_layer(self.contextual_position),
+                "attention_type": self.attention_type,
+                "num_hashes": self.num_hashes,
+                "bucket_size": self.bucket_size,
+                "hash_seed": self.hash_seed,
             }
         )
         return config
@@ -450,7 +501,7 @@ class RelativeMultiHeadAttention(
 
     @property
     def key_dense(self):
-        """The key projection (a Dense layer), once built."""
+        """The key projection (a Dense layer), once built; None for LSH (shared QK)."""
         return getattr(self, "_key_dense", None)
 
     @property
@@ -493,8 +544,11 @@ class RelativeMultiHeadAttention(
         a rotary layer rotates every feature, `rotate` scales the queries
         (on their cos and sin, `(T, r/2)`, one product fewer per call).
         """
+        shared = self._key_dense is None  # LSH: keys are the query heads
         q, k, v = (
-            tf.reshape(
+            None
+            if dense is None
+            else tf.reshape(
                 dense(x, training=training), [-1, dim(x, 1), self.num_heads, size]
             )
             for dense, x, size in (
@@ -503,6 +557,7 @@ class RelativeMultiHeadAttention(
                 (self._value_dense, value, self.value_dim or self.key_dim),
             )
         )
+        k = q if shared else k
         if self._scale_in_rotation():
             return q, k, v
         scaled = q * tf.cast(self._query_scale, q.dtype)
@@ -713,6 +768,18 @@ class RelativeMultiHeadAttention(
             keys = keys[:, 0]  # (B, S)
             real = keys[:, :, None, None]
             heads = (*heads[:2], tf.where(real, heads[2], tf.zeros_like(heads[2])))
+        if self.attention_type == "lsh":
+            swap = ops.attention.swap_heads  # the chunks fold heads-first tensors
+            context = self._lsh_context(
+                inputs,
+                [swap(x) for x in heads],
+                keys,
+                causal,
+                training,
+                where["start_index"],
+                segments,
+            )
+            return swap(context), None
         if self.attention_window is not None:
             swap = ops.attention.swap_heads  # the band folds heads-first tensors
             context = self._local_context(
@@ -753,6 +820,8 @@ class RelativeMultiHeadAttention(
                 "`key` and `value` must have the same length. Received: "
                 f"key.shape={key.shape}, value.shape={value.shape}"
             )
+        if self.attention_type == "lsh":
+            self._check_lsh_call(query, key, call_arguments)
         if call_arguments["cache"] is not None:
             self._check_cache(query, **call_arguments)
             return

@@ -1,0 +1,149 @@
+"""LSH attention for `RelativeMultiHeadAttention` (`attention_type="lsh"`).
+
+A mixin: shared query-key heads hashed into buckets, sorted, attended in
+chunks (`ops.lsh`), with the position bias of every (query, key) pair the
+chunks score, at their true positions.
+"""
+
+import tensorflow as tf
+
+from keras_posenc import _checks, ops
+from keras_posenc._compat import dim
+
+#: `attention_type` values: dense (or block-local with `attention_window`), LSH.
+ATTENTION_TYPES = ("dense", "lsh")
+#: Call arguments LSH attention cannot honour (it builds its own chunks).
+_REFUSED = ("attention_mask", "attention_bias", "positions", "key_positions")
+
+
+def check_lsh(attention_type, options, overrides_attention=False):
+    """Checked `(attention_type, num_hashes, bucket_size, hash_seed)`.
+
+    `options` holds the constructor's `num_hashes`, `bucket_size`,
+    `hash_seed`, `attention_window`, `quantize` and `contextual_position`;
+    `overrides_attention` says whether the layer's class overrides
+    `compute_attention` (which LSH attention would not call).
+    """
+    attention_type = _checks.choice("attention_type", attention_type, ATTENTION_TYPES)
+    num_hashes = _checks.positive_int("num_hashes", options["num_hashes"])
+    bucket_size = _checks.positive_int("bucket_size", options["bucket_size"])
+    seed = options["hash_seed"]
+    if not isinstance(seed, int) or isinstance(seed, bool):
+        raise TypeError(f"`hash_seed` must be an int. Received: hash_seed={seed!r}")
+    if attention_type != "lsh":
+        return attention_type, num_hashes, bucket_size, seed
+    for name, off in (
+        ("attention_window", None),
+        ("quantize", False),
+        ("contextual_position", None),
+    ):
+        if options[name] not in (None, False):
+            _checks.fail(
+                name,
+                f"{off} with attention_type='lsh' (LSH attention sorts its own "
+                "chunks: no band, no int8 rounding model, no dense logits to count)",
+                options[name],
+            )
+    if overrides_attention:
+        _checks.fail(
+            "attention_type",
+            "'dense' for a subclass that overrides compute_attention (LSH "
+            "attention combines its hashing rounds itself)",
+            attention_type,
+        )
+    return attention_type, num_hashes, bucket_size, seed
+
+
+class LSHAttention:
+    """The LSH path of `RelativeMultiHeadAttention` (a mixin).
+
+    It reads the layer's `num_hashes`, `bucket_size`, `hash_seed`,
+    `position_bias` and dropout.
+    """
+
+    def _check_lsh_call(self, query, key, call_arguments):
+        """Errors for calls LSH attention cannot honour, before any work."""
+        t, s = query.shape[1], key.shape[1]
+        if t is not None and s is not None and t != s:
+            _checks.fail(
+                "key",
+                "as long as the query with attention_type='lsh' (self-attention: "
+                "the keys are the queries' projection)",
+                f"key.shape={key.shape} for query.shape={query.shape}",
+            )
+        if call_arguments["return_attention_scores"]:
+            _checks.fail(
+                "return_attention_scores",
+                "False with attention_type='lsh' (it never builds the (T, S) weights)",
+                True,
+            )
+        for name in _REFUSED + ("cache",):
+            if call_arguments[name] is not None:
+                _checks.fail(
+                    name,
+                    "None with attention_type='lsh' (it sorts its own chunks; a "
+                    "query's chunk depends on the buckets of every token, later "
+                    "ones too, so it has no cached decoding)",
+                    f"a {name}",
+                )
+
+    def _lsh_context(self, inputs, heads, key_mask, causal, training, start, segments):
+        """Context `(B, N, T, Hv)` of heads-first `(q, k, v)` by `ops.lsh`."""
+        q, k, v = heads
+        pair_bias = None
+        if self.position_bias is not None:
+
+            def pair_bias(q_index, k_index):
+                return self._pair_bias(inputs, q_index, k_index, start, segments)
+
+        return ops.lsh.lsh_attention(
+            q,
+            k,
+            v,
+            self.num_hashes,
+            self.bucket_size,
+            self.hash_seed,
+            key_mask=key_mask,
+            causal=causal,
+            runs=None if segments is None else segments[0],
+            pair_bias=pair_bias,
+            dropout=lambda weights: self._dropout_layer(weights, training=training),
+        )
+
+    def _pair_bias(self, inputs, q_index, k_index, start, segments):
+        """Float32 bias `(B, N, R, nc, C, 2C)` of the scored pairs.
+
+        A producer that reads `j - i` alone is evaluated once on the
+        `2T - 1` distances and gathered per head; any other is called per
+        head at the pairs' true positions (in packed rows, the positions
+        inside each run), one `(B R nc, N, C, 2C)` bias of which it keeps
+        its head.
+        """
+        producer, length = self.position_bias, dim(inputs[0], 1)
+        if getattr(producer, "translation_invariant", False):
+            stubs = (tf.zeros([1, 1, 1]), tf.zeros([1, 2 * length - 1, 1]))
+            row = producer(*stubs, start_index=length - 1)  # (1, N, 1, 2T - 1)
+            row = tf.cast(row, tf.float32)[0, :, 0]  # (N, 2T - 1)
+            distance = k_index[..., None, :] - q_index[..., :, None] + length - 1
+            per_head = tf.transpose(distance, [1, 0, 2, 3, 4, 5])
+            bias = tf.gather(row, per_head, batch_dims=1)  # (N, B, R, nc, C, 2C)
+            return tf.transpose(bias, [1, 0, 2, 3, 4, 5])
+        heads = []
+        for head in range(self.num_heads):
+            at = [x[:, head] for x in (q_index, k_index)]  # (B, R, nc, C | 2C)
+            if segments is None:
+                at = [x + tf.cast(start, x.dtype) for x in at]
+            else:  # the in-run positions of those tokens
+                rows = tf.shape(at[0])[0]
+                at = [
+                    tf.reshape(
+                        tf.gather(segments[1], tf.reshape(x, [rows, -1]), batch_dims=1),
+                        tf.shape(x),
+                    )
+                    for x in at
+                ]
+            flat = [tf.reshape(x, [-1, x.shape[-1]]) for x in at]
+            bias = producer(*inputs, positions=flat[0], key_positions=flat[1])
+            bias = tf.cast(bias, tf.float32)[:, head]  # (B R nc, C, 2C)
+            heads.append(tf.reshape(bias, tf.concat([tf.shape(at[0]), [-1]], 0)))
+        return tf.stack(heads, axis=1)

@@ -1,0 +1,187 @@
+"""LSH attention as pure functions (Kitaev et al. 2020, Reformer).
+
+Shared query-key heads are hashed by random rotations into K buckets
+(`argmax([xR, -xR])`), sorted by (bucket, position), cut into chunks of C
+(the bucket size); each chunk's queries attend to the keys of their own
+chunk and of the chunk before it in the sorted order, the sort is undone,
+and the `num_hashes` rounds are combined by their log-sum-exp. Time and
+memory grow as `T log T` (the sort) plus `T C` (the chunks).
+
+Conventions (Reformer's): keys are the queries' unit vectors; a query scores
+itself at `SELF_VALUE` so it attends to itself only when nothing else is
+allowed; masked keys (Keras masks, padding) sort past every bucket, so they
+never take a real token's place in a chunk; the first chunk has no chunk
+before it (no wrap-around), so padding at the end never changes a real
+token's chunks while the bucket count stays the same.
+"""
+
+import tensorflow as tf
+
+from keras_posenc._compat import dim
+from keras_posenc.ops.attention import FLOAT_MASK_VALUE
+
+#: The logit of a query against itself (Reformer's self mask): above a
+#: masked key, so a query with nothing else to see attends to itself.
+SELF_VALUE = -1e5
+
+
+def bucket_count(length, bucket_size):
+    """K, the number of hash buckets of a length: the chunk count, even, >= 2.
+
+    `ceil(T / C)` rounded up to even (the rotations hash into `[xR, -xR]`),
+    2 at least; int for a static length, else a scalar tensor.
+    """
+    chunks = -(-length // bucket_size)
+    return (
+        tf.maximum(chunks + chunks % 2, 2)
+        if tf.is_tensor(chunks)
+        else max(chunks + chunks % 2, 2)
+    )
+
+
+def random_rotations(num_hashes, head_dim, buckets, seed):
+    """Float32 `(R, H, K/2)` rotations of the hashing, a function of the seed and K."""
+    shape = [num_hashes, head_dim, buckets // 2]
+    if tf.is_tensor(buckets):
+        shape = tf.stack(shape)
+    seed = tf.stack([tf.constant(seed, tf.int32), tf.cast(buckets, tf.int32)])
+    # Philox by name: the default algorithm differs under XLA.
+    return tf.random.stateless_normal(shape, seed=seed, alg="philox")
+
+
+def hash_buckets(vectors, rotations):
+    """int32 buckets `(B, N, R, T)` in `[0, K)` of vectors `(B, N, T, H)`."""
+    rotated = tf.einsum("bnth,rhk->bnrtk", tf.cast(vectors, tf.float32), rotations)
+    both = tf.concat([rotated, -rotated], axis=-1)  # (B, N, R, T, K)
+    return tf.argmax(both, axis=-1, output_type=tf.int32)
+
+
+def lsh_attention(
+    query,
+    key,
+    value,
+    num_hashes,
+    bucket_size,
+    seed,
+    key_mask=None,
+    causal=False,
+    runs=None,
+    pair_bias=None,
+    dropout=None,
+):
+    """Context `(B, N, T, Hv)` of LSH attention over heads-first heads.
+
+    Args:
+        query: `(B, N, T, H)` scaled query heads.
+        key: `(B, N, T, H)` the shared query-key heads (normalised here).
+        value: `(B, N, T, Hv)` value heads.
+        num_hashes: int R, the hashing rounds.
+        bucket_size: int C, the chunk length of the sorted order.
+        seed: int, the rotations' seed (`random_rotations`).
+        key_mask: boolean `(B, T)` or None, True at real keys.
+        causal: bool, hide keys at later positions than the query.
+        runs: int `(B, T)` or None, the documents of packed rows
+            (`ops.segments.runs`): hide keys of another run.
+        pair_bias: None or a function of the int32 token indices of each
+            chunk's queries `(B, N, R, nc, C)` and keys `(B, N, R, nc, 2C)`
+            (clipped to `0 .. T-1`) returning a float32 bias broadcastable
+            to `(B, N, R, nc, C, 2C)`.
+        dropout: None or a function applied to the attention weights.
+    """
+    query, key, value = (tf.convert_to_tensor(x) for x in (query, key, value))
+    if key_mask is not None:
+        key_mask = tf.convert_to_tensor(key_mask, tf.bool)
+    if runs is not None:
+        runs = tf.convert_to_tensor(runs, tf.int32)
+    length = dim(query, 2)
+    chunks = -(-length // bucket_size)
+    padded = chunks * bucket_size
+    buckets = bucket_count(length, bucket_size)
+    real = tf.ones_like(query[:, 0, :, 0], tf.bool) if key_mask is None else key_mask
+    real = _pad(real, padded, axis=1, value=False)  # (B, Tp)
+    query, key, value = (_pad(x, padded, axis=2) for x in (query, key, value))
+    key = tf.math.l2_normalize(tf.cast(key, tf.float32), axis=-1)
+    rotations = random_rotations(num_hashes, key.shape[-1], buckets, seed)
+    hashed = hash_buckets(key, rotations)  # (B, N, R, Tp)
+    hashed = tf.where(real[:, None, None, :], hashed, buckets)  # masked: last
+    ticket = hashed * padded + tf.range(padded)  # unique: a total order
+    order = tf.argsort(ticket, axis=-1)  # (B, N, R, Tp): token indices
+
+    def by_order(x):  # (B, N, Tp, ...) -> sorted (B, N, R, nc, C, ...)
+        gathered = tf.gather(x, order, axis=2, batch_dims=2)  # (B, N, R, Tp, ...)
+        return _chunked(gathered, chunks, bucket_size)
+
+    def band(x):  # each chunk with the chunk before it: (.., nc, 2C, ..)
+        first = tf.fill(tf.shape(x[:, :, :, :1]), _blank(x))
+        before = tf.concat([first, x[:, :, :, :-1]], axis=3)
+        return tf.concat([before, x], axis=4)
+
+    q_index = _chunked(order, chunks, bucket_size)  # (B, N, R, nc, C)
+    k_index = band(q_index)  # -1 before the first chunk
+    every = tf.shape(key)[:3]  # (B, N, Tp)
+    allowed = band(by_order(tf.broadcast_to(real[:, None, :], every)))
+    allowed &= k_index >= 0
+    q_at, k_at = q_index[..., :, None], k_index[..., None, :]
+    allowed = allowed[..., None, :]  # (B, N, R, nc, 1, 2C)
+    if causal:
+        allowed &= k_at <= q_at
+    if runs is not None:
+        runs = _pad(runs, padded, axis=1, value=-1)[:, None]  # (B, 1, Tp)
+        runs = tf.broadcast_to(runs, every)
+        q_run = by_order(runs)
+        allowed &= band(q_run)[..., None, :] == q_run[..., :, None]
+    sorted_query = by_order(tf.cast(query, tf.float32))
+    logits = tf.matmul(sorted_query, band(by_order(key)), transpose_b=True)
+    if pair_bias is not None:
+        last = length - 1
+        clip = [tf.clip_by_value(x, 0, last) for x in (q_index, k_index)]
+        logits += pair_bias(*clip)
+    logits = tf.where(k_at == q_at, SELF_VALUE, logits)  # (B, N, R, nc, C, 2C)
+    logits = tf.where(allowed, logits, FLOAT_MASK_VALUE)
+    total = tf.reduce_logsumexp(logits, axis=-1, keepdims=True)
+    weights = tf.exp(logits - total)
+    if dropout is not None:
+        weights = dropout(weights)
+    values = band(by_order(value))
+    context = tf.matmul(tf.cast(weights, values.dtype), values)
+    undo = tf.argsort(order, axis=-1)  # the place of each token in the sort
+    context = _unchunked(context, padded)  # (B, N, R, Tp, Hv)
+    context = tf.gather(context, undo, axis=3, batch_dims=3)
+    total = tf.gather(_unchunked(total, padded)[..., 0], undo, axis=3, batch_dims=3)
+    share = tf.nn.softmax(total, axis=2)[..., None]  # (B, N, R, Tp, 1)
+    context = tf.reduce_sum(tf.cast(share, context.dtype) * context, axis=2)
+    return context[:, :, :length]
+
+
+def _pad(x, padded, axis, value=0):
+    """`x` padded with `value` on `axis` to the length `padded`."""
+    extra = padded - dim(x, axis)
+    widths = [[0, 0]] * x.shape.rank
+    widths[axis] = [0, extra]
+    return tf.pad(x, widths, constant_values=value)
+
+
+def _chunked(x, chunks, size):
+    """`(B, N, R, Tp, ...)` -> `(B, N, R, nc, C, ...)`."""
+    shape = tf.concat([tf.shape(x)[:3], [chunks, size], tf.shape(x)[4:]], 0)
+    out = tf.reshape(x, shape)
+    static = x.shape[:3].as_list() + [
+        chunks if isinstance(chunks, int) else None,
+        size,
+    ]
+    return tf.ensure_shape(out, static + x.shape[4:].as_list())
+
+
+def _unchunked(x, padded):
+    """`(B, N, R, nc, C, ...)` -> `(B, N, R, Tp, ...)`."""
+    shape = tf.concat([tf.shape(x)[:3], [padded], tf.shape(x)[5:]], 0)
+    return tf.reshape(x, shape)
+
+
+def _blank(x):
+    """What stands before the first chunk: index -1, mask False, zeros."""
+    if x.dtype == tf.bool:
+        return False
+    if x.dtype.is_integer:
+        return tf.constant(-1, x.dtype)
+    return tf.constant(0, x.dtype)
