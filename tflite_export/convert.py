@@ -354,6 +354,16 @@ def microcontroller_blockers(model):
                     "or x * sigmoid(1.702 x)",
                 )
             )
+        if getattr(layer, "attention_type", None) == "lsh":
+            blockers.append(
+                (
+                    layer.name,
+                    "LSH attention sorts tokens by bucket (TOPK_V2, which TFLM "
+                    "lacks) and attends in rank-6 chunks (batched matmuls the "
+                    "TFLite converter refuses); for the device, train with "
+                    "attention_window=W (block-local attention runs in int8 TFLM)",
+                )
+            )
         if isinstance(layer, keras.layers.LayerNormalization):
             blockers.append(
                 (

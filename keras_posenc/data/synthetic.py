@@ -87,3 +87,52 @@ def sentence_task(
                 t += 1
             previous_first = int(words[0])
     return tokens, labels
+
+
+def retrieval_task(
+    num_examples, length, num_pairs=4, num_keys=8, num_values=8, filler=16, seed=0
+):
+    """Long-range retrieval: a key stated early, its value asked for at the end.
+
+    `num_pairs` pair tokens of distinct keys (each pair one token,
+    `key, value`) stand at random places in the first eighth of the
+    sequence, random filler tokens everywhere else, and the last token asks
+    for one of those keys: the answer is that pair's value. Which pair is
+    asked is content, not distance, and at length T the pair is ~7T/8 tokens
+    back, far outside any block-local band. Token ids: fillers `1 ..
+    filler`, the pair of key k and value v `filler + 1 + k * num_values + v`,
+    the question for key k `filler + 1 + num_keys * num_values + k`;
+    `retrieval_vocab_size(...)` is their count plus 1.
+
+    Returns:
+        `(tokens, answers)`: int32 `(N, T)` and the values `(N,)` in
+        `[0, num_values)`.
+    """
+    if not 1 <= num_pairs <= num_keys:
+        raise ValueError(
+            "`num_pairs` must be >= 1 and <= num_keys. Received: "
+            f"num_pairs={num_pairs}, num_keys={num_keys}"
+        )
+    if length // 8 < num_pairs:
+        raise ValueError(
+            f"`length` must hold num_pairs={num_pairs} pairs in its first eighth. "
+            f"Received: length={length}"
+        )
+    rng = np.random.default_rng(seed)
+    tokens = rng.integers(1, filler + 1, size=(num_examples, length)).astype("int32")
+    answers = np.zeros(num_examples, "int32")
+    pairs_base, questions_base = filler + 1, filler + 1 + num_keys * num_values
+    for row in range(num_examples):
+        keys = rng.choice(num_keys, num_pairs, replace=False)
+        values = rng.integers(0, num_values, num_pairs)
+        places = rng.choice(length // 8, num_pairs, replace=False)
+        tokens[row, places] = pairs_base + keys * num_values + values
+        asked = rng.integers(num_pairs)
+        tokens[row, -1] = questions_base + keys[asked]
+        answers[row] = values[asked]
+    return tokens, answers
+
+
+def retrieval_vocab_size(num_keys=8, num_values=8, filler=16):
+    """The vocabulary size of `retrieval_task` (ids 0 .. size - 1, 0 unused)."""
+    return filler + 1 + num_keys * num_values + num_keys

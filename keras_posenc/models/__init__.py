@@ -16,6 +16,7 @@ from keras_posenc.models.encoder import (
 )
 from keras_posenc.models.methods import (
     LOCAL_METHODS,
+    LSH_METHODS,
     METHODS,
     SHARED_BIAS_METHODS,
     PositionMethod,
@@ -24,6 +25,7 @@ from keras_posenc.models.stack import TransformerStack
 
 __all__ = [
     "LOCAL_METHODS",
+    "LSH_METHODS",
     "METHODS",
     "POSITION_METHODS",
     "RELATIVE_METHODS",

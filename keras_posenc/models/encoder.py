@@ -46,6 +46,8 @@ def build_encoder(
     position_options=None,
     share_position_bias=False,
     packed=False,
+    attention_type="dense",
+    attention_options=None,
     name="encoder",
 ):
     """A Transformer encoder `(B, T) or (B, T, input_dim) -> (B, T, hidden_dim)`.
@@ -92,6 +94,15 @@ def build_encoder(
             and attention stays inside it, so each token gets the output it
             gets in its document alone (with `attention_window`: documents
             that start at a multiple of the window). Defaults to `False`.
+        attention_type: str, `"dense"` (block-local with
+            `attention_window`) or `"lsh"`: every attention is LSH attention
+            (Reformer's: shared query-key heads hashed into buckets, sorted,
+            attended in chunks; `T log T`) for the methods in
+            `LSH_METHODS`, without a window, a shared bias or a grid.
+            Defaults to `"dense"`.
+        attention_options: dict, the LSH options of every attention:
+            `num_hashes`, `bucket_size`, `hash_seed` (see
+            `RelativeMultiHeadAttention`). Defaults to `None`.
         name: str, the model name. Defaults to `"encoder"`.
 
     Returns:
@@ -116,6 +127,8 @@ def build_encoder(
         position_options=position_options,
         share_position_bias=share_position_bias,
         grid_shape=grid_shape,
+        attention_type=attention_type,
+        attention_options=attention_options,
     )
     sequence_length = check_sequence_length(position, sequence_length, max_length)
     if _checks.boolean("packed", packed) and (vocab_size is None or grid_shape):

@@ -317,6 +317,9 @@ LOCAL_METHODS = tuple(
     for name, method in METHODS.items()
     if not (method.forgetting_gate or method.contextual)
 )
+#: Methods that run LSH attention (`attention_type="lsh"`): the block-local
+#: ones but the recursive blocks, whose two attentions are their own.
+LSH_METHODS = tuple(name for name in LOCAL_METHODS if not METHODS[name].recursive)
 #: Methods whose attentions can share one bias (`share_position_bias=True`).
 SHARED_BIAS_METHODS = tuple(name for name, method in METHODS.items() if method.bias)
 

@@ -32,6 +32,7 @@ from keras_posenc.layers.sinusoidal_position_encoding import (
 from keras_posenc.models.methods import (
     DIRECTED_BIASES,
     LOCAL_METHODS,
+    LSH_METHODS,
     METHODS,
     QUANTIZED_METHODS,
     SHARED_BIAS_METHODS,
@@ -53,6 +54,10 @@ class TransformerStack:
         max_length: int, the table size of `"learned"` and the default
             clipping of `"clipped"` / `"gated"`.
         attention_window: int or None, block-local attention.
+        attention_type: str, `"dense"` or `"lsh"` (every attention; see
+            `RelativeMultiHeadAttention`), for `LSH_METHODS` in encoders.
+        attention_options: dict or None, the LSH options of every attention
+            (`num_hashes`, `bucket_size`, `hash_seed`).
         position_options: dict or None, options of the method's layers.
         share_position_bias: bool, one bias producer for every attention.
         grid_shape: tuple or None, the grid of a flattened 2-D input.
@@ -78,6 +83,8 @@ class TransformerStack:
         grid_shape=None,
         causal=False,
         quantize=False,
+        attention_type="dense",
+        attention_options=None,
     ):
         method = METHODS[_checks.choice("position", position, tuple(METHODS))]
         width = _checks.positive_int("hidden_dim", hidden_dim)
@@ -104,6 +111,18 @@ class TransformerStack:
                 attention_window,
             )
         quantize = _checks.boolean("quantize", quantize)
+        lsh = _check_attention_type(
+            attention_type,
+            attention_options,
+            position,
+            dict(
+                attention_window=window,
+                share_position_bias=share_position_bias,
+                grid_shape=grid_shape,
+                causal=causal,
+                quantize=quantize,
+            ),
+        )
         if quantize and (position not in QUANTIZED_METHODS or window is not None):
             _checks.fail(
                 "quantize",
@@ -169,6 +188,7 @@ class TransformerStack:
                         contextual_position=method.contextual_layer(index, parts),
                         attention_window=window,
                         name=f"attention_{index}",
+                        **lsh,
                         **rounding,
                         **({"quantize_cache": True} if quantize and causal else {}),
                     )
@@ -446,6 +466,52 @@ def _recursive_block(heads, width, dropout, window, parts, index, causal):
         name=f"recursive_{index}",
         **block,
     )
+
+
+def _check_attention_type(attention_type, options, position, others):
+    """The checked LSH arguments of every attention (`{}` for dense)."""
+    attention_type = _checks.choice("attention_type", attention_type, ("dense", "lsh"))
+    if attention_type == "dense":
+        if options is not None:
+            _checks.fail(
+                "attention_options", "None with attention_type='dense'", options
+            )
+        return {}
+    if position not in LSH_METHODS:
+        _checks.fail(
+            "attention_type",
+            f"'dense' unless position is in {list(LSH_METHODS)} (position="
+            f"{position!r} reads the dense logits, a dense bias or its own blocks)",
+            attention_type,
+        )
+    reasons = {
+        "attention_window": "a band or LSH chunks, not both",
+        "share_position_bias": "a shared bias is one dense (T, T) tensor",
+        "grid_shape": "LSH chunks read 1-D positions",
+        "causal": "a query's chunk depends on later tokens: no cached decoding",
+        "quantize": "LSH sorts: it has no int8 model",
+    }
+    for name, reason in reasons.items():
+        if others[name] not in (None, False):
+            _checks.fail(
+                name,
+                f"unset with attention_type='lsh' ({reason})",
+                others[name],
+            )
+    options = {} if options is None else options
+    if not isinstance(options, dict):
+        raise TypeError(
+            f"`attention_options` must be a dict or None. Received: {options!r}"
+        )
+    unknown = sorted(set(options) - {"num_hashes", "bucket_size", "hash_seed"})
+    if unknown:
+        _checks.fail(
+            "attention_options",
+            "a dict of num_hashes, bucket_size and hash_seed",
+            options,
+            fix=f"Unknown keys: {unknown}",
+        )
+    return {"attention_type": "lsh", **options}
 
 
 def _refuse_lookahead(parts, position, position_options):

@@ -54,3 +54,23 @@ def test_sentence_task_refuses_bad_sentence_lengths():
         synthetic.sentence_task(2, 8, min_words=3, max_words=2)
     with pytest.raises(ValueError, match="`vocab_size` must be >= 3"):
         synthetic.sentence_task(2, 8, vocab_size=2)
+
+
+def test_retrieval_task_asks_for_one_early_key_and_answers_its_value():
+    tokens, answers = synthetic.retrieval_task(30, 64, num_pairs=3, seed=4)
+    filler, keys, values = 16, 8, 8
+    assert tokens.max() < synthetic.retrieval_vocab_size() and tokens.min() >= 1
+    for row, answer in zip(tokens, answers):
+        pairs = [(t, int(row[t]) - filler - 1) for t in range(63) if row[t] > filler]
+        assert len(pairs) == 3 and all(t < 8 for t, _ in pairs)  # first eighth
+        asked = int(row[-1]) - filler - 1 - keys * values
+        found = [pair % values for _, pair in pairs if pair // values == asked]
+        assert found == [answer]  # the asked key stands once, with this value
+        assert len({pair // values for _, pair in pairs}) == 3  # distinct keys
+
+
+def test_retrieval_task_refuses_pairs_that_do_not_fit():
+    with pytest.raises(ValueError, match="`num_pairs` must be >= 1 and <= num_keys"):
+        synthetic.retrieval_task(2, 64, num_pairs=9)
+    with pytest.raises(ValueError, match="`length` must hold num_pairs=4"):
+        synthetic.retrieval_task(2, 24)

@@ -1,0 +1,73 @@
+"""Encoders with LSH attention (`attention_type="lsh"`), every method that runs it."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from marks import per_kind_in_keras2
+
+from keras_posenc import models
+
+keras = tf.keras
+LSH = dict(attention_type="lsh", attention_options={"num_hashes": 2, "bucket_size": 4})
+
+
+def _classifier(position, **kwargs):
+    return models.build_token_classifier(
+        3,
+        vocab_size=10,
+        hidden_dim=8,
+        num_heads=2,
+        num_layers=2,
+        max_length=32,
+        position=position,
+        mask_zero=True,
+        **{**LSH, **kwargs},
+    )
+
+
+@pytest.mark.parametrize("position", per_kind_in_keras2(models.LSH_METHODS))
+def test_every_method_runs_lsh_and_padding_never_reaches_real_tokens(position):
+    model = _classifier(position)
+    ids = np.random.default_rng(0).integers(1, 10, size=(2, 15))
+    ids[1, 11:] = 0  # padding, in the same 4 chunks
+    out = model(ids).numpy()
+    assert out.shape == (2, 15, 3) and np.isfinite(out).all()
+    # Less padding, the same 4 chunks (so the same buckets): padding sorts
+    # after every real token, so the real tokens read the same chunks.
+    shorter = model(ids[1:, :13]).numpy()
+    np.testing.assert_allclose(shorter[0, :11], out[1, :11], atol=1e-5)
+    assert np.isfinite(model(ids[1:, :11]).numpy()).all()  # 3 chunks
+
+
+def test_an_lsh_encoder_fits_saves_and_reloads(tmp_path):
+    model = _classifier("t5")
+    model.compile(
+        keras.optimizers.SGD(1e-2),
+        keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+    )
+    x = np.random.default_rng(1).integers(1, 10, size=(8, 16))
+    y = np.random.default_rng(2).integers(0, 3, size=(8, 16))
+    history = model.fit(x, y, epochs=1, batch_size=4, verbose=0)
+    assert np.isfinite(history.history["loss"][0])
+    model.save(tmp_path / "lsh.keras")
+    loaded = keras.models.load_model(tmp_path / "lsh.keras")
+    np.testing.assert_allclose(loaded(x).numpy(), model(x).numpy(), atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"attention_type": "local"}, "attention_type.*'dense', 'lsh'"),
+        ({"position": "recursive"}, "attention_type.*'dense' unless position"),
+        ({"attention_window": 4}, "attention_window.*unset with attention_type"),
+        ({"share_position_bias": True}, "share_position_bias.*unset"),
+        ({"attention_options": {"buckets": 4}}, "Unknown keys: \\['buckets'\\]"),
+        (
+            {"attention_type": "dense", "attention_options": {"num_hashes": 2}},
+            "attention_options.*None with attention_type='dense'",
+        ),
+    ],
+)
+def test_rejects_what_an_lsh_encoder_cannot_be(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        _classifier(kwargs.pop("position", "t5"), **kwargs)
