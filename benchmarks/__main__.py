@@ -18,6 +18,7 @@ from benchmarks import (
     qat,
     rope,
     scaling,
+    sparse,
     speed,
     streaming,
 )
@@ -27,6 +28,7 @@ BENCHMARKS = {
     "profile": profile,
     "scaling": scaling,
     "local": local,
+    "sparse": sparse,
     "memory": memory,
     "edge": edge,
     "accuracy": accuracy,

@@ -1,12 +1,13 @@
 """Scaling: attention time and peak memory from T=256 to 8192, fitted exponents.
 
 One attention layer (B=1, D=64, N=2), forward+backward in graph mode, dense
-with each position producer and block-local (W=128). Each (variant, length)
-runs in a fresh process; memory is the growth of its resident set during the
-first run of the traced step (sampled every millisecond) over the resident
-set just before it, so the import and tracing peaks do not hide it. The exponent
-`k` of `time ~ T^k` is a least-squares fit in log-log over the lengths at
-or above 1024, where the T^2 terms dominate dense attention.
+with each position producer, block-local (W=128) and LSH (C=64, R=2). Each
+(variant, length) runs in a fresh process; memory is the growth of its
+resident set during the first run of the traced step (sampled every
+millisecond) over the resident set just before it, so the import and tracing
+peaks do not hide it. The exponent `k` of `time ~ T^k` is a least-squares fit
+in log-log over the lengths at or above 1024, where the T^2 terms dominate
+dense attention.
 """
 
 import json
@@ -21,18 +22,20 @@ from benchmarks._common import fwd_bwd, peak_rss_mb, write
 
 LENGTHS = (256, 512, 1024, 2048, 4096, 8192)
 QUICK_LENGTHS = (256, 512, 1024)
-#: `name: (bias, attention_window)`; bias None, a RelativePositionBias mode,
-#: "dynamic_bias" or "rope".
+#: `name: (bias, attention arguments)`; bias None, a RelativePositionBias
+#: mode, "dynamic_bias" or "rope".
 VARIANTS = {
-    "dense, none": (None, None),
-    "dense, t5": ("t5", None),
-    "dense, clipped": ("clipped", None),
-    "dense, alibi": ("alibi", None),
-    "dense, dynamic_bias": ("dynamic_bias", None),
-    "dense, rope": ("rope", None),
-    "block-local W=128, none": (None, 128),
-    "block-local W=128, t5": ("t5", 128),
-    "block-local W=128, dynamic_bias": ("dynamic_bias", 128),
+    "dense, none": (None, {}),
+    "dense, t5": ("t5", {}),
+    "dense, clipped": ("clipped", {}),
+    "dense, alibi": ("alibi", {}),
+    "dense, dynamic_bias": ("dynamic_bias", {}),
+    "dense, rope": ("rope", {}),
+    "block-local W=128, none": (None, {"attention_window": 128}),
+    "block-local W=128, t5": ("t5", {"attention_window": 128}),
+    "block-local W=128, dynamic_bias": ("dynamic_bias", {"attention_window": 128}),
+    "LSH C=64 R=2, none": (None, {"attention_type": "lsh"}),
+    "LSH C=64 R=2, t5": ("t5", {"attention_type": "lsh"}),
 }
 FIT_FROM = 1024
 
@@ -49,18 +52,16 @@ def measure(name, length):
         RotaryEmbedding,
     )
 
-    bias, window = VARIANTS[name]
+    bias, attention = VARIANTS[name]
     heads, width = 2, 64
-    extra = {}
+    extra = dict(attention)
     if bias == "rope":
         extra["rotary"] = RotaryEmbedding()
     elif bias == "dynamic_bias":
         extra["position_bias"] = DynamicPositionBias(heads)
     elif bias is not None:
         extra["position_bias"] = RelativePositionBias(heads, bias)
-    layer = RelativeMultiHeadAttention(
-        heads, width // heads, attention_window=window, **extra
-    )
+    layer = RelativeMultiHeadAttention(heads, width // heads, **extra)
     step = fwd_bwd(layer, tf.random.normal((1, int(length), width)))
     step.get_concrete_function()  # builds and traces without running
     growth = _peak_growth_mb(step)  # the first run allocates everything afresh
@@ -147,7 +148,7 @@ def _plot(lengths, curves):
 
     figure, axes = plt.subplots(1, 2, figsize=(11, 4.5))
     for name, (seconds, memory) in curves.items():
-        style = "--" if name.startswith("block") else "-"
+        style = "-" if name.startswith("dense") else "--"
         axes[0].loglog(lengths, np.array(seconds) * 1e3, style, marker="o", label=name)
         axes[1].loglog(lengths, np.maximum(memory, 1), style, marker="o", label=name)
     axes[0].set(xlabel="sequence length T", ylabel="forward+backward ms")

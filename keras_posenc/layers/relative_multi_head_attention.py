@@ -219,10 +219,15 @@ class RelativeMultiHeadAttention(
     >>> x = tf.random.normal((3, 7, 16))
     >>> attention(x, x).shape
     TensorShape([3, 7, 16])
+    >>> lsh = keras_posenc.RelativeMultiHeadAttention(
+    ...     num_heads=2, key_dim=4, attention_type="lsh", bucket_size=4)
+    >>> lsh(x, x, use_causal_mask=True).shape
+    TensorShape([3, 7, 16])
 
     References:
         - [Vaswani et al., 2017](https://arxiv.org/abs/1706.03762)
         - [Shaw et al., 2018](https://arxiv.org/abs/1803.02155)
+        - [Kitaev et al., 2020](https://arxiv.org/abs/2001.04451) (LSH)
     """
 
     def __init__(
