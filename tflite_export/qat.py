@@ -182,7 +182,7 @@ def _build_self_attention(layer):
     for attention in attentions:
         width = attention.query_dense.kernel.shape[0]
         for dense in (attention.key_dense, attention.value_dense):
-            if not dense.built:
+            if dense is not None and not dense.built:  # LSH has no key_dense
                 dense.build((None, None, width))
 
 

@@ -78,7 +78,7 @@ def quantize_model(model):
         raise ValueError(
             "`model` must be built from layers whose int8 rounding is modelled "
             "(TokenEmbedding, SinusoidalPositionEncoding, LearnedPositionEmbedding, "
-            "RelativeMultiHeadAttention without attention_window, with RoPE "
+            "RelativeMultiHeadAttention dense (no attention_window or LSH), with RoPE "
             "of 1-D positions or no rotary, "
             "LayerNorm, MeanPooling, Dense, Add, Dropout). "
             f"Received: {'; '.join(problems)}"
@@ -125,6 +125,8 @@ def _attention_problems(attention):
     problems = []
     if attention.attention_window is not None:
         problems.append(f"attention_window={attention.attention_window}")
+    if attention.attention_type == "lsh":
+        problems.append("attention_type='lsh' (it sorts: no int8 model)")
     if attention.rotary is not None:
         problems += rotary_rounding_problems(attention.rotary, attention.key_dim)
     return problems

@@ -9,9 +9,8 @@ import tflite_export
 from keras_posenc import models
 
 
-@pytest.mark.parametrize("mode", ["int8", "float32"])
-def test_an_lsh_encoder_is_refused_before_converting(mode, monkeypatch):
-    model = models.build_classifier(
+def _lsh_classifier():
+    return models.build_classifier(
         2,
         vocab_size=10,
         sequence_length=16,
@@ -21,6 +20,11 @@ def test_an_lsh_encoder_is_refused_before_converting(mode, monkeypatch):
         attention_type="lsh",
         attention_options={"bucket_size": 4},
     )
+
+
+@pytest.mark.parametrize("mode", ["int8", "float32"])
+def test_an_lsh_encoder_is_refused_before_converting(mode, monkeypatch):
+    model = _lsh_classifier()
 
     def never(*args, **kwargs):
         raise AssertionError("converted before refusing")
@@ -34,3 +38,8 @@ def test_an_lsh_encoder_is_refused_before_converting(mode, monkeypatch):
         tflite_export.convert(model, data, mode=mode)
     blockers = dict(tflite_export.microcontroller_blockers(model))
     assert "attention_window=W" in blockers["attention_0"]
+
+
+def test_quantization_aware_training_refuses_lsh_naming_it():
+    with pytest.raises(ValueError, match="attention_0: attention_type='lsh'"):
+        tflite_export.quantize_aware(_lsh_classifier())
