@@ -773,30 +773,17 @@ class RelativeMultiHeadAttention(
             keys = keys[:, 0]  # (B, S)
             real = keys[:, :, None, None]
             heads = (*heads[:2], tf.where(real, heads[2], tf.zeros_like(heads[2])))
-        if self.attention_type == "lsh":
-            swap = ops.attention.swap_heads  # the chunks fold heads-first tensors
-            context = self._lsh_context(
-                inputs,
-                [swap(x) for x in heads],
-                keys,
-                causal,
-                training,
-                where["start_index"],
-                segments,
-            )
-            return swap(context), None
-        if self.attention_window is not None:
-            swap = ops.attention.swap_heads  # the band folds heads-first tensors
-            context = self._local_context(
-                inputs,
-                [swap(x) for x in heads],
-                keys,
-                query_mask,
-                causal,
-                training,
-                where["start_index"],
-                segments,
-            )
+        if self.attention_type == "lsh" or self.attention_window is not None:
+            swap = ops.attention.swap_heads  # the band / chunks fold heads-first
+            folded, start = [swap(x) for x in heads], where["start_index"]
+            if self.attention_type == "lsh":
+                context = self._lsh_context(
+                    inputs, folded, keys, causal, training, start, segments
+                )
+            else:
+                context = self._local_context(
+                    inputs, folded, keys, query_mask, causal, training, start, segments
+                )
             return swap(context), None
         bias = None
         if self.position_bias is not None:
