@@ -124,8 +124,8 @@ class RelativeMultiHeadAttention(
             (TFLite's fixed 1/256 grid) and the context; with a rotary
             layer, its cos and sin tables (on their fixed range) and each
             side's two products and sum in place of the scaled queries
-            (`ROTARY_POINTS`). Dense attention only (a window's rounding is
-            not modelled yet; refused), and a rotary layer of one table per
+            (`ROTARY_POINTS`). Dense or block-local (the same points on the
+            band), not LSH; a rotary layer of one table per
             1-D position turning every feature (no xPos, length-dependent
             type, grid or learned frequencies: refused). Masked logits take
             the bounded penalty of int8 exports (`ops.MASK_PENALTY`).
@@ -265,12 +265,6 @@ class RelativeMultiHeadAttention(
         _check_heads("position_bias", position_bias, num_heads)
         rotary = optional_layer("rotary", rotary, RotaryEmbedding)
         quantize = _checks.boolean("quantize", quantize)
-        if quantize and attention_window is not None:
-            _checks.fail(
-                "quantize",
-                "False with `attention_window` (its int8 rounding is not modelled yet)",
-                quantize,
-            )
         if quantize and rotary is not None:
             _rope_checks.check_quantized_rotary(rotary, key_dim)
         quantize_cache = _checks.boolean("quantize_cache", quantize_cache)
@@ -533,13 +527,14 @@ class RelativeMultiHeadAttention(
         Returns:
             `(context (..., T, Hv), weights (..., T, S))`.
         """
-        logits = tf.matmul(query, key, transpose_b=True)
+        r = rounder(self.rounding, training)  # quantize: as int8 TFLite rounds
+        logits = r("logits", tf.matmul(query, key, transpose_b=True))
         if self.contextual_position is not None:  # it reads heads-last queries
             queries = ops.attention.swap_heads(query)
             bias = _plus(bias, self.contextual_position(queries, logits, mask))
-        weights = self._weights(logits, bias, mask)
+        weights = self._weights(logits, bias, mask, training)
         dropped = self._dropout_layer(weights, training=training)
-        return tf.matmul(dropped, value), weights
+        return r("context", tf.matmul(dropped, value)), weights
 
     def _project(self, query, key, value, training=None):
         """Heads-last query, key, value `(B, T|S, N, H)`; queries scaled by 1/sqrt(H).

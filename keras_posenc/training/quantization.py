@@ -78,7 +78,7 @@ def quantize_model(model):
         raise ValueError(
             "`model` must be built from layers whose int8 rounding is modelled "
             "(TokenEmbedding, SinusoidalPositionEncoding, LearnedPositionEmbedding, "
-            "RelativeMultiHeadAttention dense (no attention_window or LSH), with RoPE "
+            "RelativeMultiHeadAttention dense or block-local (not LSH), with RoPE "
             "of 1-D positions or no rotary, "
             "LayerNorm, MeanPooling, Dense, Add, Dropout). "
             f"Received: {'; '.join(problems)}"
@@ -123,8 +123,6 @@ def unsupported_layers(model):
 def _attention_problems(attention):
     """Why `attention`'s int8 rounding is not modelled ([] if it is)."""
     problems = []
-    if attention.attention_window is not None:
-        problems.append(f"attention_window={attention.attention_window}")
     if attention.attention_type == "lsh":
         problems.append("attention_type='lsh' (it sorts: no int8 model)")
     if attention.rotary is not None:

@@ -109,6 +109,42 @@ def test_every_covered_method_converts_to_integer_ops_without_data(position):
     check_integer_ops(model_bytes)  # convert checked it; so does this test
 
 
+#: One method per kind of rounded producer (a bias table, an MLP bias, a bias
+#: of the query's position, a rotation, an absolute table) with block-local
+#: attention: the band rounds at the dense layer's points.
+LOCAL_QAT = split_between_passes(
+    ("t5", "dynamic_bias", "fire", "rope", "learned"), ("t5",)
+)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("position", LOCAL_QAT)
+def test_block_local_qat_converts_without_data_to_the_model_it_models(position):
+    """Measured (ranges from one batch, 2 layers, W=4): 7 to 14 output steps
+    between the int8 model and the QAT model for the 10 covered methods."""
+    pytest.importorskip("ai_edge_litert", reason="needs ai-edge-litert (LiteRT)")
+    keras.utils.set_random_seed(0)
+    model = models.build_token_classifier(
+        2,
+        vocab_size=10,
+        sequence_length=16,
+        position=position,
+        hidden_dim=16,
+        num_heads=2,
+        num_layers=2,
+        attention_window=4,
+    )
+    qat = tflite_export.quantize_aware(model)
+    x, y = lookup_task(64, 1)
+    qat(x, training=True)  # ranges, no weight change
+    model_bytes = tflite_export.convert(qat, None, mode="int8")  # integer ops only
+    static = tflite_export.static_model(qat, (16,), "int32")
+    report = tflite_export.verify(model_bytes, static, x, y)
+    assert report.tflm_ok, report.tflm_error
+    steps = QAT_STEPS_DEFAULT * report.output_scale * 1.001
+    assert report.max_error <= steps and report.tflm_max_error <= steps
+
+
 def test_data_free_conversion_needs_a_quantization_aware_int8_model():
     model = models.build_classifier(2, vocab_size=5, hidden_dim=8, num_heads=2)
     with pytest.raises(tflite_export.ExportError, match="may be None only for"):
@@ -142,13 +178,20 @@ if IS_KERAS_3:  # Checks of the converter on a trained or edited QAT graph: one
         assert abs(report.accuracy_tflm - qat_accuracy) <= 0.01
 
     @pytest.mark.slow
-    def test_a_missing_quantizer_leaves_float_ops_and_is_refused(monkeypatch):
+    @pytest.mark.parametrize("window", [None, 4])
+    def test_a_missing_quantizer_leaves_float_ops_and_is_refused(window, monkeypatch):
         pytest.importorskip("ai_edge_litert", reason="needs ai-edge-litert (LiteRT)")
         from keras_posenc.layers import relative_multi_head_attention as attention
 
         keras.utils.set_random_seed(0)
         model = models.build_classifier(
-            2, vocab_size=10, sequence_length=8, hidden_dim=8, num_heads=2, num_layers=1
+            2,
+            vocab_size=10,
+            sequence_length=8,
+            hidden_dim=8,
+            num_heads=2,
+            num_layers=1,
+            attention_window=window,
         )
         qat = tflite_export.quantize_aware(model)
         qat(lookup_task(16, 0)[0][:, :8], training=True)  # ranges, no weight change

@@ -416,7 +416,7 @@ def test_quantized_attention_stays_near_float_once_ranges_are_learned(mode):
             "rope_type=.dynamic.",
         ),
         ({"rotary": RotaryEmbedding(coordinate_dim=2)}, "coordinate_dim=2"),
-        ({"attention_window": 4}, "with `attention_window`"),
+        ({"attention_type": "lsh"}, "with attention_type='lsh'"),
     ],
 )
 def test_quantize_refuses_what_it_does_not_model(kwargs, reason):
