@@ -55,8 +55,8 @@ def quantize_model(model):
             with dense attention (its copy is a `CausalLM(quantize=True)`,
             caches rounded too), or a functional `keras.Model`
             built from `TokenEmbedding`, `SinusoidalPositionEncoding`,
-            `LearnedPositionEmbedding`, `RelativeMultiHeadAttention` (dense,
-            without rotary), `LayerNorm`, `MeanPooling`, `Dense`, `Add` and
+            `LearnedPositionEmbedding`, `RelativeMultiHeadAttention` (dense or
+            block-local; RoPE of 1-D positions on every feature, or none), `LayerNorm`, `MeanPooling`, `Dense`, `Add` and
             `Dropout` layers, as `keras_posenc.models.build_classifier` builds
             them for the methods in `QUANTIZED_METHODS`. A float input
             (features) must be read by `Dense` layers only, which then round
