@@ -67,8 +67,8 @@ class CausalLM(Generating, keras.Model):
             with a range learned in training, so
             `tflite_export.convert_causal_lm(model, None)` converts it without
             calibration data, and cached decoding still equals a recompute.
-            For the methods in `keras_posenc.models.methods.QUANTIZED_METHODS`
-            with dense attention; `tflite_export.quantize_aware(model)` makes
+            For the methods in `keras_posenc.models.methods.QUANTIZED_METHODS`,
+            dense or block-local; `tflite_export.quantize_aware(model)` makes
             one from a trained float model. Defaults to `False`.
         packed: bool, the model takes packed training rows
             `{"token_ids": (B, T), "segment_ids": (B, T)}` (keras-hub's

@@ -66,7 +66,7 @@ class TransformerStack:
             (quantization-aware training): `QuantizedDense`, `QuantizedAdd`
             for every residual sum, and `quantize=True` layers; a causal
             stack also rounds its attention caches (`quantize_cache`). For
-            `QUANTIZED_METHODS` with dense attention.
+            `QUANTIZED_METHODS`, dense or block-local.
     """
 
     def __init__(
@@ -123,13 +123,13 @@ class TransformerStack:
                 quantize=quantize,
             ),
         )
-        if quantize and (position not in QUANTIZED_METHODS or window is not None):
+        if quantize and position not in QUANTIZED_METHODS:
             _checks.fail(
                 "quantize",
-                f"False unless position is in {list(QUANTIZED_METHODS)} with dense "
-                "attention (the others' int8 rounding is not modelled yet)",
+                f"False unless position is in {list(QUANTIZED_METHODS)} (the "
+                "others' int8 rounding is not modelled yet)",
                 quantize,
-                fix=f"Received position={position!r}, attention_window={window!r}",
+                fix=f"Received position={position!r}",
             )
         parts = method.resolve_options(position_options, max_length)
         if quantize:

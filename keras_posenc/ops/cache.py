@@ -151,8 +151,11 @@ def cache_mask(index, query_length, max_length, window=None):
     query = tf.range(query_length) + tf.cast(index, tf.int32)  # (T,)
     keys = tf.range(max_length)  # (S_max,)
     mask = keys[None, :] <= query[:, None]
-    if window is not None:
-        near = tf.abs(keys[None, :] // window - query[:, None] // window) <= 1
+    if window is not None:  # a key's block is at most the query's (causal)
+        # Positions are >= 0, so a truncating division is the floor: TFLM has
+        # int32 DIV, not FLOOR_DIV (nor an int32 ABS).
+        blocks = [tf.truncatediv(p, window) for p in (keys, query)]
+        near = blocks[1][:, None] - blocks[0][None, :] <= 1
         mask = tf.logical_and(mask, near)
     return mask
 

@@ -51,14 +51,15 @@ def quantize_model(model):
     """A quantization-aware copy of `model`, with its weights.
 
     Args:
-        model: a `keras_posenc.models.CausalLM` of one of `QUANTIZED_METHODS`
-            with dense attention (its copy is a `CausalLM(quantize=True)`,
+        model: a `keras_posenc.models.CausalLM` of one of `QUANTIZED_METHODS`,
+            dense or block-local (its copy is a `CausalLM(quantize=True)`,
             caches rounded too), or a functional `keras.Model`
             built from `TokenEmbedding`, `SinusoidalPositionEncoding`,
             `LearnedPositionEmbedding`, `RelativeMultiHeadAttention` (dense or
-            block-local; RoPE of 1-D positions on every feature, or none), `LayerNorm`, `MeanPooling`, `Dense`, `Add` and
-            `Dropout` layers, as `keras_posenc.models.build_classifier` builds
-            them for the methods in `QUANTIZED_METHODS`. A float input
+            block-local; RoPE of 1-D positions on every feature, or none),
+            `LayerNorm`, `MeanPooling`, `Dense`, `Add` and `Dropout` layers,
+            as `keras_posenc.models.build_classifier` builds them for the
+            methods in `QUANTIZED_METHODS`. A float input
             (features) must be read by `Dense` layers only, which then round
             it on a learned range too, as `build_encoder(input_dim=...)`
             builds it.

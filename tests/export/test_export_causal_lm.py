@@ -188,6 +188,12 @@ def test_int8_litert_prefill_and_decode_with_a_window():
     reference = model(sequence[None]).numpy()[0]
     error = np.abs(np.concatenate(logits) - reference).max()
     assert error < 0.1 * np.ptp(reference)
+    # TFLM runs the band's block arithmetic (int32 DIV: it has no FLOOR_DIV).
+    tflm_bytes = convert_causal_lm(model, calibration(), max_length=16, target="tflm")
+    np.testing.assert_array_equal(
+        generate_tflite(tflm_bytes, PROMPTS, 8, runtime="tflm"),
+        generate_tflite(model_bytes, PROMPTS, 8),
+    )
 
 
 @pytest.mark.parametrize(

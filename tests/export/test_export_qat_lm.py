@@ -14,8 +14,10 @@ from tflite_export.convert import check_integer_ops
 keras = tf.keras
 VOCAB = 12
 #: One method trained per Keras mode (each pass ~30 s): RoPE's rotated,
-#: cached keys in the default Keras, T5's cached bias in Keras 2.
-POSITION = "rope" if IS_KERAS_3 else "t5"
+#: cached keys with dense attention in the default Keras, T5's cached bias
+#: with block-local attention (W=4: the band's rounding, the cache's band
+#: mask on the device) in Keras 2.
+POSITION, WINDOW = ("rope", None) if IS_KERAS_3 else ("t5", 4)
 
 
 def counting(rows, length=17):
@@ -24,7 +26,7 @@ def counting(rows, length=17):
     return ((starts + np.arange(length)[None]) % 10 + 1).astype("int32")
 
 
-def trained_qat(position, layers=2):
+def trained_qat(position, layers=2, window=None):
     keras.utils.set_random_seed(0)
     model = build_causal_lm(
         VOCAB,
@@ -33,6 +35,7 @@ def trained_qat(position, layers=2):
         num_heads=2,
         position=position,
         max_length=32,
+        attention_window=window,
     )
     x = counting(320)
     loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
@@ -58,7 +61,7 @@ def with_a_float_output(model_bytes, subgraph):
 
 @pytest.fixture(scope="module")
 def qat_lm():
-    return trained_qat(POSITION)
+    return trained_qat(POSITION, window=WINDOW)
 
 
 @pytest.mark.slow
