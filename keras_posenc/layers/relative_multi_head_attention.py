@@ -25,7 +25,11 @@ from keras_posenc._compat import (
 from keras_posenc.layers import _rope_checks
 from keras_posenc.layers._cached_decoding import CACHE_POINT, CachedDecoding, _plus
 from keras_posenc.layers._local_attention import LocalAttention
-from keras_posenc.layers._lsh_attention import LSHAttention, check_lsh
+from keras_posenc.layers._lsh_attention import (  # noqa: F401 (ATTENTION_TYPES)
+    ATTENTION_TYPES,
+    LSHAttention,
+    check_lsh,
+)
 from keras_posenc.layers._packed_attention import PackedAttention, segment_mask
 from keras_posenc.layers._rounding import rounder, rounding_points
 from keras_posenc.layers.contextual_position import ContextualPosition

@@ -22,6 +22,7 @@ from keras_posenc.layers.quantized_add import QuantizedAdd
 from keras_posenc.layers.quantized_dense import QuantizedDense
 from keras_posenc.layers.recursive_position_update import RecursivePositionUpdate
 from keras_posenc.layers.relative_multi_head_attention import (
+    ATTENTION_TYPES,
     RelativeMultiHeadAttention,
 )
 from keras_posenc.layers.relative_position_bias import RelativePositionBias
@@ -470,7 +471,7 @@ def _recursive_block(heads, width, dropout, window, parts, index, causal):
 
 def _check_attention_type(attention_type, options, position, others):
     """The checked LSH arguments of every attention (`{}` for dense)."""
-    attention_type = _checks.choice("attention_type", attention_type, ("dense", "lsh"))
+    attention_type = _checks.choice("attention_type", attention_type, ATTENTION_TYPES)
     if attention_type == "dense":
         if options is not None:
             _checks.fail(
