@@ -104,7 +104,9 @@ def lsh_attention(
     rotations = random_rotations(num_hashes, key.shape[-1], buckets, seed)
     hashed = hash_buckets(key, rotations)  # (B, N, R, Tp)
     hashed = tf.where(real[:, None, None, :], hashed, buckets)  # masked: last
-    ticket = hashed * padded + tf.range(padded)  # unique: a total order
+    # (bucket, position) as one unique int64 key: a total order, no overflow.
+    ticket = tf.cast(hashed, tf.int64) * tf.cast(padded, tf.int64)
+    ticket += tf.range(padded, dtype=tf.int64)
     order = tf.argsort(ticket, axis=-1)  # (B, N, R, Tp): token indices
 
     def by_order(x):  # (B, N, Tp, ...) -> sorted (B, N, R, nc, C, ...)
