@@ -185,9 +185,9 @@ MOVING_ROWS = {
     "epochs (early stopping)": 2,
 }
 
-if not IS_KERAS_3:  # a fresh process in the default Keras, as `make demo`
-    # runs it: either pass can start it, and the Keras 2 pass has less to do
-    # (it also runs the demo's quick form in Keras 2, above)
+if IS_KERAS_3:  # a fresh process in the default Keras, as `make demo` runs
+    # it: either pass can start it, and the Keras 3 pass has less to do (the
+    # Keras 2 pass runs the demo's quick form in Keras 2, above, and TF-MOT)
 
     @pytest.mark.slow
     def test_the_readme_table_is_what_make_demo_prints(tmp_path):

@@ -71,7 +71,7 @@ def test_every_tensor_of_the_step_passes_a_rounding_layer():
 
 
 @pytest.mark.parametrize(
-    "kwargs", [{"position": "xpos"}, {"position": "t5", "attention_window": 4}]
+    "kwargs", [{"position": "xpos"}, {"position": "fox"}]
 )
 def test_quantize_is_refused_where_rounding_is_not_modelled(kwargs):
     with pytest.raises(ValueError, match="`quantize` must be False unless position"):
