@@ -16,7 +16,7 @@ import numpy as np
 from benchmarks._common import summary, write
 from keras_posenc.data import language_modeling as lm
 
-METHODS = ("alibi", "t5", "rope")
+METHODS = ("alibi", "t5", "rope", "fox")
 SINKS = 4
 
 
