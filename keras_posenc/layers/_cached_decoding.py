@@ -225,6 +225,13 @@ class CachedDecoding:
                 f"Received: value_dim={value_dim}, key_dim={key_dim}"
             )
         _check_cache_index(cache_update_index, query.shape[1], cache.shape[2])
+        cope = self.contextual_position
+        if cope is not None and cope.bidirectional:
+            raise ValueError(
+                "`contextual_position` must count one way (bidirectional=False) "
+                "with `cache`: a cached step has no keys after its query. "
+                "Received: ContextualPosition(bidirectional=True)"
+            )
         if not call_arguments["self_attention"]:
             raise ValueError(
                 "`value` and `key` must be None with `cache`: cached decoding is "

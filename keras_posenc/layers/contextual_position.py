@@ -19,12 +19,14 @@ class ContextualPosition(keras.layers.Layer):
     producer: it needs the queries and the (masked) logits, which
     `RelativeMultiHeadAttention(contextual_position=...)` hands it (masked
     keys get gate 0, so padding and the causal mask count nothing). Causal,
-    as in the paper: without a causal mask the count runs to the last key,
-    so an encoder measures positions from the sequence end, not from the
-    query, and learns little from them (`benchmarks/results/
-    content_positions.md`: as `none`).
+    as in the paper. Without a causal mask the one-sided count runs to the
+    last key, so an encoder would measure positions from the sequence end,
+    not from the query (`benchmarks/results/content_positions.md`: as
+    `none`); `bidirectional=True` (the encoder builders' choice) counts from
+    the query to the key on each side instead, `sum_{t=j..i}` before it and
+    `sum_{t=i..j}` after it, each side with its own embeddings.
     Decoding needs no state: each new query recounts over the cached keys
-    (O(S) per step). Embeddings start small and random (the paper's code
+    (O(S) per step; one-sided only). Embeddings start small and random (the paper's code
     starts them at zero, which leaves a fresh model blind to order). Position
     math in float32.
 
@@ -33,6 +35,10 @@ class ContextualPosition(keras.layers.Layer):
             `npos_max - 1`). Defaults to `16`.
         initializer: str or initializer, for the embeddings.
             Defaults to `"truncated_normal"`.
+        bidirectional: bool, count on both sides of the query (encoders:
+            keys after the query get their own `max_position + 1`
+            embeddings). Defaults to `False` (the paper's causal count; a
+            model saved before this argument existed loads as it was).
 
     Call arguments:
         queries: `(B, T, N, H)` scaled query heads (heads-last).
@@ -58,25 +64,33 @@ class ContextualPosition(keras.layers.Layer):
         - [Golovneva et al., 2024 (CoPE)](https://arxiv.org/abs/2405.18719)
     """
 
-    def __init__(self, max_position=16, initializer="truncated_normal", **kwargs):
+    def __init__(
+        self,
+        max_position=16,
+        initializer="truncated_normal",
+        bidirectional=False,
+        **kwargs,
+    ):
         max_position = _checks.positive_int("max_position", max_position)
+        bidirectional = _checks.boolean("bidirectional", bidirectional)
         super().__init__(**kwargs)
         self.max_position = max_position
         self.initializer = keras.initializers.get(initializer)
+        self.bidirectional = bidirectional
 
     def build(self, queries_shape, logits_shape=None, mask_shape=None):
         head_dim = _checks.known_width(queries_shape, "queries")
         self.embeddings = add_float32_weight(
             self,
             name="embeddings",
-            shape=(head_dim, self.max_position + 1),
+            shape=(head_dim, (self.max_position + 1) * (1 + self.bidirectional)),
             initializer=self.initializer,
             trainable=True,
         )
         self.built = True
 
     def call(self, queries, logits, mask=None):
-        positions = ops.contextual.contextual_positions(logits, mask, self.max_position)
+        positions = self.positions(logits, mask)
         return ops.contextual.interpolated_logits(queries, self.embeddings, positions)
 
     def compute_output_shape(self, queries_shape, logits_shape=None, mask_shape=None):
@@ -88,10 +102,16 @@ class ContextualPosition(keras.layers.Layer):
             {
                 "max_position": self.max_position,
                 "initializer": keras.initializers.serialize(self.initializer),
+                "bidirectional": self.bidirectional,
             }
         )
         return config
 
     def positions(self, logits, mask=None):
-        """The float32 positions `p` `(B, N, T, S)` the term reads (for plots)."""
-        return ops.contextual.contextual_positions(logits, mask, self.max_position)
+        """The float32 positions `p` `(B, N, T, S)` the term reads (for plots).
+
+        Bidirectional: a key after the query reads `max_position + 1 + p`.
+        """
+        return ops.contextual.contextual_positions(
+            logits, mask, self.max_position, self.bidirectional
+        )

@@ -301,7 +301,12 @@ METHODS = {
         },
     ),
     "cope": PositionMethod(
-        contextual=True, options={"max_position": "cope", "initializer": "cope"}
+        contextual=True,
+        options={
+            "max_position": "cope",
+            "initializer": "cope",
+            "bidirectional": "cope",
+        },
     ),
     "gated": PositionMethod(
         input_positions="gated",

@@ -140,6 +140,9 @@ class TransformerStack:
             if method.bias in DIRECTED_BIASES:
                 parts["bias"]["bidirectional"] = False
             parts["gate"]["bidirectional"] = False
+            parts["cope"]["bidirectional"] = False
+        else:  # an encoder's CoPE counts from the query on both sides
+            parts["cope"].setdefault("bidirectional", True)
         self.method, self.causal, self.num_layers = method, causal, layers
         self.absolute = method.input_layers(parts, max_length, causal)
         self.combined = None
@@ -517,7 +520,7 @@ def _check_attention_type(attention_type, options, position, others):
 
 def _refuse_lookahead(parts, position, position_options):
     """A causal stack refuses options that would let a bias look ahead."""
-    if parts["bias"].get("bidirectional") or parts["gate"].get("bidirectional"):
+    if any(parts[part].get("bidirectional") for part in ("bias", "gate", "cope")):
         _checks.fail(
             "position_options",
             f"without bidirectional=True for position={position!r}: a causal "

@@ -25,18 +25,21 @@ def cope_oracle(queries, logits, mask, embeddings, max_position):
     return below * (1 - weight) + above * weight, positions
 
 
-def test_layer_checks(tmp_path):
+@pytest.mark.parametrize("bidirectional", [False, True])
+def test_layer_checks(tmp_path, bidirectional):
     x = np.random.normal(size=(2, 6, 8)).astype("float32")
+    cope = ContextualPosition(max_position=4, bidirectional=bidirectional)
     check_layer(
         lambda **kw: RelativeMultiHeadAttention(
-            2, 4, contextual_position=ContextualPosition(max_position=4), **kw
+            2, 4, contextual_position=cope.from_config(cope.get_config()), **kw
         ),
         [x, x],
         tmp_path,
         num_weights=2 * 4 + 1,  # q, k, v, output Dense + the embeddings
         expected_output_shape=(2, 6, 8),
-        call_kwargs={"use_causal_mask": True},
-        padding_invariant=False,  # causal: the padded last token reads all
+        # causal: the padded last token reads all; two-sided: padding counts 0
+        call_kwargs={} if bidirectional else {"use_causal_mask": True},
+        padding_invariant=bidirectional,
     )
 
 
@@ -97,3 +100,82 @@ def test_bad_arguments_are_refused():
         RelativeMultiHeadAttention(
             2, 4, attention_window=4, contextual_position=ContextualPosition()
         )
+
+
+def two_sided_oracle(queries, logits, mask, embeddings, max_position):
+    """The count from the query to the key on each side, loop by loop: a key
+    j <= i counts sum_{t=j..i} g_it on table rows 0..P, a key j > i counts
+    sum_{t=i..j} g_it on rows P+1..2P+1 (its own embeddings)."""
+    gates = sigmoid(logits.astype("float64")) * mask  # (B, N, T, S), T == S
+    positions = np.zeros_like(gates)
+    size = gates.shape[-1]
+    for i in range(size):
+        for j in range(size):
+            if j <= i:
+                count = gates[..., i, j : i + 1].sum(-1)
+                positions[..., i, j] = np.minimum(count, max_position)
+            else:
+                count = gates[..., i, i : j + 1].sum(-1)
+                positions[..., i, j] = (
+                    max_position + 1 + np.minimum(count, max_position)
+                )
+    per_position = np.einsum("btnh,hp->bntp", queries.astype("float64"), embeddings)
+    low, high = np.floor(positions).astype(int), np.ceil(positions).astype(int)
+    weight = positions - low
+    below = np.take_along_axis(per_position, low, axis=-1)
+    above = np.take_along_axis(per_position, high, axis=-1)
+    return below * (1 - weight) + above * weight, positions
+
+
+@pytest.mark.parametrize("max_position", [2, 16])
+def test_two_sided_term_counts_from_the_query_on_each_side(max_position):
+    rng = np.random.default_rng(1)
+    queries = rng.normal(size=(2, 6, 3, 4)).astype("float32")
+    logits = rng.normal(size=(2, 3, 6, 6)).astype("float32") * 2
+    mask = np.ones((2, 1, 1, 6), bool)
+    mask[1, ..., 4:] = False  # the second row's last two keys are padding
+    cope = ContextualPosition(max_position=max_position, bidirectional=True)
+    cope.build(queries.shape)
+    assert cope.embeddings.shape == (4, 2 * (max_position + 1))
+    embeddings = rng.normal(size=(4, 2 * (max_position + 1))).astype("float32")
+    cope.embeddings.assign(embeddings)
+    got = cope(tf.constant(queries), tf.constant(logits), tf.constant(mask)).numpy()
+    want, positions = two_sided_oracle(queries, logits, mask, embeddings, max_position)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        cope.positions(logits, mask).numpy(), positions, atol=1e-5
+    )
+
+
+def test_two_sided_positions_are_the_query_relative_marks():
+    """Gates open only on marked keys: before the query a key's position is
+    the marks from it to the query, after it the marks from the query to it
+    (read from row P + 1 on), whatever the sequence length beyond."""
+    marked = np.array([1, 0, 0, 1, 0, 1, 0, 0], bool)
+    logits = np.where(marked, 20.0, -20.0)[None, None, None, :].astype("float32")
+    logits = np.broadcast_to(logits, (1, 1, 8, 8))
+    cope = ContextualPosition(max_position=8, bidirectional=True)
+    positions = cope.positions(logits).numpy()[0, 0]
+    # Query 4: keys 0..4 hold 2, 1, 1, 1, 0 marks up to it; keys 5..7 after
+    # it hold 1, 1, 1 marks from it, read as 9 + 1.
+    np.testing.assert_allclose(positions[4], [2, 1, 1, 1, 0, 10, 10, 10], atol=1e-6)
+    # The count does not depend on what lies past the farther of i and j.
+    short = cope.positions(logits[..., :6, :6]).numpy()[0, 0]
+    np.testing.assert_allclose(short[4], positions[4, :6], atol=1e-6)
+
+
+def test_a_two_sided_count_refuses_a_cache():
+    attention = RelativeMultiHeadAttention(
+        2, 4, contextual_position=ContextualPosition(bidirectional=True)
+    )
+    x = tf.random.normal((1, 2, 8))
+    with pytest.raises(ValueError, match="`contextual_position` must count one way"):
+        attention(x, cache=tf.zeros((1, 2, 4, 2, 4)), cache_update_index=0)
+    with pytest.raises(TypeError, match="`bidirectional` must be a bool"):
+        ContextualPosition(bidirectional="yes")
+
+
+def test_a_config_saved_before_the_two_sided_count_loads_one_sided():
+    config = ContextualPosition(max_position=3).get_config()
+    del config["bidirectional"]  # what a file saved before the argument holds
+    assert ContextualPosition.from_config(config).bidirectional is False

@@ -303,7 +303,7 @@ def test_a_prompt_past_the_learned_table_is_refused():
 
 
 @pytest.mark.parametrize(
-    "position", ["t5", "clipped", "alibi", "kerple", "fire", "fox"]
+    "position", ["t5", "clipped", "alibi", "kerple", "fire", "fox", "cope"]
 )
 def test_a_bidirectional_bias_is_refused(position):
     with pytest.raises(ValueError, match="without bidirectional=True for position"):

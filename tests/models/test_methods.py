@@ -2,8 +2,17 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_posenc import RelativeMultiHeadAttention, RelativePositionBias
-from keras_posenc.models import POSITION_METHODS, build_encoder, methods
+from keras_posenc import (
+    ContextualPosition,
+    RelativeMultiHeadAttention,
+    RelativePositionBias,
+)
+from keras_posenc.models import (
+    POSITION_METHODS,
+    build_causal_lm,
+    build_encoder,
+    methods,
+)
 from keras_posenc.utils import nested_layers
 
 
@@ -99,8 +108,6 @@ def test_position_options_must_be_a_dict():
 
 def test_one_new_row_gives_an_encoder_and_a_causal_lm(monkeypatch):
     """Adding a method is adding a row: both builders assemble it, unchanged."""
-    from keras_posenc.models import build_causal_lm
-
     row = methods.PositionMethod(
         input_positions="sinusoidal",
         bias="relative",
@@ -129,3 +136,18 @@ def test_one_new_row_gives_an_encoder_and_a_causal_lm(monkeypatch):
     changed = ids.copy()
     changed[:, 4] = (changed[:, 4] % 8) + 1  # the causal LM: no earlier logit moves
     np.testing.assert_allclose(lm(changed).numpy()[:, :4], logits[:, :4], atol=1e-5)
+
+
+def test_cope_counts_both_ways_in_an_encoder_and_one_way_in_a_causal_lm():
+    encoder = build_encoder(vocab_size=9, hidden_dim=8, num_heads=2, position="cope")
+    lm = build_causal_lm(vocab_size=9, hidden_dim=8, num_heads=2, position="cope")
+    one_way = build_encoder(
+        vocab_size=9,
+        hidden_dim=8,
+        num_heads=2,
+        position="cope",
+        position_options={"bidirectional": False},
+    )
+    for model, bidirectional in ((encoder, True), (lm, False), (one_way, False)):
+        counts = [x for x in nested_layers(model) if isinstance(x, ContextualPosition)]
+        assert counts and {c.bidirectional for c in counts} == {bidirectional}
