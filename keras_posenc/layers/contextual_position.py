@@ -60,6 +60,17 @@ class ContextualPosition(keras.layers.Layer):
     >>> attention(tf.random.normal((1, 6, 8)), use_causal_mask=True).shape
     TensorShape([1, 6, 8])
 
+    In an encoder, count from the query on both sides:
+
+    >>> both = keras_posenc.ContextualPosition(max_position=8, bidirectional=True)
+    >>> encoder = keras_posenc.RelativeMultiHeadAttention(
+    ...     num_heads=2, key_dim=4, contextual_position=both
+    ... )
+    >>> encoder(tf.random.normal((1, 6, 8))).shape
+    TensorShape([1, 6, 8])
+    >>> both.embeddings.shape  # (H, 2 (max_position + 1)): one half per side
+    TensorShape([4, 18])
+
     References:
         - [Golovneva et al., 2024 (CoPE)](https://arxiv.org/abs/2405.18719)
     """
