@@ -21,14 +21,15 @@ class ContextualPosition(keras.layers.Layer):
     keys get gate 0, so padding and the causal mask count nothing). Causal,
     as in the paper. Without a causal mask the one-sided count runs to the
     last key, so an encoder would measure positions from the sequence end,
-    not from the query (`benchmarks/results/content_positions.md`: as
-    `none`); `bidirectional=True` (the encoder builders' choice) counts from
-    the query to the key on each side instead, `sum_{t=j..i}` before it and
-    `sum_{t=i..j}` after it, each side with its own embeddings.
-    Decoding needs no state: each new query recounts over the cached keys
-    (O(S) per step; one-sided only). Embeddings start small and random (the paper's code
-    starts them at zero, which leaves a fresh model blind to order). Position
-    math in float32.
+    not from the query (measured: as `none`, `docs/measurements.md`);
+    `bidirectional=True` (the encoder builders' choice) counts from the
+    query to the key on each side instead, `sum_{t=j..i}` before it and
+    `sum_{t=i..j}` after it, each side with its own embeddings
+    (`benchmarks/results/content_positions.md`: the best row at unseen
+    spacing). Decoding needs no state: each new query recounts over the
+    cached keys (O(S) per step; one-sided only). Embeddings start small and
+    random (the paper's code starts them at zero, which leaves a fresh model
+    blind to order). Position math in float32.
 
     Args:
         max_position: int, the largest position counted (the paper's
