@@ -27,13 +27,14 @@ class LocalAttention:
         training,
         start_index=0,
         segments=None,
+        attention_bias=None,
     ):
         """Block-local context `(B, N, T, Hv)`: the band, then `compute_attention`.
 
         `inputs` are the `(query, key)` tensors the position bias reads,
         `heads` the projected `(q, k, v)`, `segments` the `(runs, positions)`
         of packed rows or None; the bias of every band comes from
-        `_band_bias`.
+        `_band_bias`, plus `attention_bias` on the band `(B or 1, N*nb, W, 3W)`.
         """
         q, k, v = heads
         window, length = self.attention_window, dim(q, 2)
@@ -43,6 +44,9 @@ class LocalAttention:
             bias = self._band_bias(
                 inputs, query_pos, key_pos, length, start_index, segments
             )
+        if attention_bias is not None:
+            extra = tf.cast(attention_bias, tf.float32)
+            bias = extra if bias is None else bias + extra
         allowed = ops.blocks.band_allowed(
             query_pos,
             key_pos,

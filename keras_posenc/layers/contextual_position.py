@@ -18,7 +18,10 @@ class ContextualPosition(keras.layers.Layer):
     of its floor and ceiling and is added to the logit. It is not a bias
     producer: it needs the queries and the (masked) logits, which
     `RelativeMultiHeadAttention(contextual_position=...)` hands it (masked
-    keys get gate 0, so padding and the causal mask count nothing). Causal,
+    keys get gate 0, so padding and the causal mask count nothing);
+    block-local attention hands it each band, whose counts are the dense
+    ones under the band mask (every key between a band key and its query is
+    in the band). Causal,
     as in the paper. Without a causal mask the one-sided count runs to the
     last key, so an encoder would measure positions from the sequence end,
     not from the query (measured: as `none`, `docs/measurements.md`);
@@ -46,6 +49,10 @@ class ContextualPosition(keras.layers.Layer):
         logits: `(B, N, T, S)` query-key logits before any bias.
         mask: optional boolean, broadcastable to `(B, N, T, S)`: keys each
             query may attend to.
+        query_offset: optional int, the key index of the first query (query
+            `i` is key `i + query_offset`); read by the two-sided count only.
+            Defaults to `S - T` (the queries are the last keys; a
+            block-local band's W queries are its keys `W .. 2W - 1`).
 
     Returns:
         A float32 term `(B, N, T, S)` to add to the logits.
@@ -101,8 +108,8 @@ class ContextualPosition(keras.layers.Layer):
         )
         self.built = True
 
-    def call(self, queries, logits, mask=None):
-        positions = self.positions(logits, mask)
+    def call(self, queries, logits, mask=None, query_offset=None):
+        positions = self.positions(logits, mask, query_offset)
         return ops.contextual.interpolated_logits(queries, self.embeddings, positions)
 
     def compute_output_shape(self, queries_shape, logits_shape=None, mask_shape=None):
@@ -119,11 +126,11 @@ class ContextualPosition(keras.layers.Layer):
         )
         return config
 
-    def positions(self, logits, mask=None):
+    def positions(self, logits, mask=None, query_offset=None):
         """The float32 positions `p` `(B, N, T, S)` the term reads (for plots).
 
         Bidirectional: a key after the query reads `max_position + 1 + p`.
         """
         return ops.contextual.contextual_positions(
-            logits, mask, self.max_position, self.bidirectional
+            logits, mask, self.max_position, self.bidirectional, query_offset
         )

@@ -39,7 +39,10 @@ class ForgettingGate(keras.layers.Layer):
     position's running sum `c_j` `(B, S_max, N)`, and a new token adds its
     log gate to the previous one's. All gate math runs in float32; the bias
     is floored at -1e4 (its softmax weight is 0 either way) and returned in
-    the compute dtype.
+    the compute dtype. For block-local attention (`attention_window=W` on
+    both layers) the gate returns the same bias on the attention's band,
+    `(B, N*nb, W, 3W)` (`ops.forgetting.decay_band`): the `(T, T)` matrix
+    is never built.
 
     Args:
         num_heads: int, the number of attention heads N.
@@ -48,6 +51,9 @@ class ForgettingGate(keras.layers.Layer):
         initial_bias: float, the gates' initial bias `b`. Defaults to `5.0`.
         kernel_initializer: str or initializer, for `W`.
             Defaults to `"glorot_uniform"`.
+        attention_window: int W or None: return the bias on the band of a
+            `RelativeMultiHeadAttention(attention_window=W)` (its
+            `attention_bias` layout). Defaults to `None` (dense).
 
     Call arguments:
         inputs: float tensor `(B, T, D)`, the hidden states the attention
@@ -55,7 +61,8 @@ class ForgettingGate(keras.layers.Layer):
         mask: optional boolean `(B, T)`, real tokens (Keras' mask by default).
 
     Returns:
-        A bias `(B, N, T, T)` in the compute dtype.
+        A bias `(B, N, T, T)` in the compute dtype (`(B, N*nb, W, 3W)` with
+        `attention_window`, nb = ceil(T / W)).
 
     Example:
 
@@ -65,6 +72,17 @@ class ForgettingGate(keras.layers.Layer):
     >>> x = tf.random.normal((1, 5, 8))
     >>> attention = keras_posenc.RelativeMultiHeadAttention(num_heads=2, key_dim=4)
     >>> attention(x, attention_bias=gate(x), use_causal_mask=True).shape
+    TensorShape([1, 5, 8])
+
+    Block-local, the gate gives the band's bias:
+
+    >>> gate = keras_posenc.ForgettingGate(2, bidirectional=False, attention_window=2)
+    >>> local = keras_posenc.RelativeMultiHeadAttention(
+    ...     num_heads=2, key_dim=4, attention_window=2
+    ... )
+    >>> gate(x).shape  # (B, N * ceil(5 / 2), W, 3W)
+    TensorShape([1, 6, 2, 6])
+    >>> local(x, attention_bias=gate(x), use_causal_mask=True).shape
     TensorShape([1, 5, 8])
 
     References:
@@ -77,10 +95,14 @@ class ForgettingGate(keras.layers.Layer):
         bidirectional=True,
         initial_bias=5.0,
         kernel_initializer="glorot_uniform",
+        attention_window=None,
         **kwargs,
     ):
         num_heads = _checks.positive_int("num_heads", num_heads)
         bidirectional = _checks.boolean("bidirectional", bidirectional)
+        attention_window = _checks.positive_int(
+            "attention_window", attention_window, allow_none=True
+        )
         if isinstance(initial_bias, bool) or not isinstance(initial_bias, (int, float)):
             _checks.fail("initial_bias", "a number", initial_bias, error=TypeError)
         super().__init__(**kwargs)
@@ -88,6 +110,7 @@ class ForgettingGate(keras.layers.Layer):
         self.bidirectional = bidirectional
         self.initial_bias = float(initial_bias)
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.attention_window = attention_window
         self.supports_masking = True
         keep_float32_inputs(self)  # the gates run in float32
 
@@ -106,12 +129,20 @@ class ForgettingGate(keras.layers.Layer):
 
     def call(self, inputs, mask=None):
         log_forward, log_backward = self.log_gates(inputs, incoming_mask(inputs, mask))
-        bias = ops.forgetting.decay_bias(log_forward, log_backward)
+        if self.attention_window is None:
+            bias = ops.forgetting.decay_bias(log_forward, log_backward)
+        else:
+            window = self.attention_window
+            bias = ops.forgetting.decay_band(log_forward, log_backward, window)
         # A weight of exactly 0 either way; float16 would overflow to -inf.
         return tf.cast(tf.maximum(bias, BIAS_FLOOR), self.compute_dtype)
 
     def compute_output_shape(self, input_shape):
-        return (input_shape[0], self.num_heads, input_shape[1], input_shape[1])
+        length, window = input_shape[1], self.attention_window
+        if window is None:
+            return (input_shape[0], self.num_heads, length, length)
+        folded = None if length is None else self.num_heads * -(-length // window)
+        return (input_shape[0], folded, window, 3 * window)
 
     def compute_mask(self, inputs, mask=None):
         return None
@@ -126,6 +157,7 @@ class ForgettingGate(keras.layers.Layer):
                 "kernel_initializer": keras.initializers.serialize(
                     self.kernel_initializer
                 ),
+                "attention_window": self.attention_window,
             }
         )
         return config

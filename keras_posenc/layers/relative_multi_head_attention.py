@@ -111,16 +111,21 @@ class RelativeMultiHeadAttention(
             keys), so time and memory grow linearly in T and the bias is
             evaluated on the band (one band if it reads `j - i` only). It equals
             dense attention under `keras_posenc.ops.band_mask`. It takes Keras
-            masks, causal masking and `segment_ids`, not an `attention_mask`,
-            `attention_bias`, explicit positions or returned scores.
+            masks, causal masking, `segment_ids` and an `attention_bias` on
+            the band (`(B or 1, N*nb, W, 3W)`, nb = ceil(T / W), as
+            `ForgettingGate(attention_window=W)` returns it), not an
+            `attention_mask`, explicit positions or returned scores.
             Defaults to `None` (dense).
         rotary: a `RotaryEmbedding` turning the projected queries and keys at
             their true positions, or None. Defaults to `None`.
         contextual_position: a `ContextualPosition` (CoPE), the door for a
             position that reads the attention itself: called with the scaled
             query heads `(B, T, N, H)`, the logits `(B, N, T, S)` and the mask,
-            it returns a term added to the logits (with any bias). Dense
-            attention only. Defaults to `None`.
+            it returns a term added to the logits (with any bias). Block-local
+            (`attention_window`), it counts over each query's band (every key
+            between a band key and its query is in the band, so the counts
+            are the dense ones under `keras_posenc.ops.band_mask`).
+            Defaults to `None`.
         quantize: bool, fake-quantize what int8 TFLite rounds for
             quantization-aware training: the projections (`QuantizedDense`),
             the scaled queries, the logits, the bias, the biased and masked
@@ -172,7 +177,9 @@ class RelativeMultiHeadAttention(
         attention_mask: optional boolean `(B, T, S)`; True where attention is
             allowed.
         attention_bias: optional precomputed bias broadcastable to
-            `(B, N, T, S)` (`(B, N, T, S_max)` with `cache`), added to the logits.
+            `(B, N, T, S)` (`(B, N, T, S_max)` with `cache`), added to the logits;
+            with `attention_window` (and no cache), the band's bias
+            `(B or 1, N*nb, W, 3W)`.
         use_causal_mask: bool, mask keys `j > i`. Defaults to `False`.
         return_attention_scores: bool, also return the `(B, N, T, S)`
             attention weights. Defaults to `False`.
@@ -275,11 +282,10 @@ class RelativeMultiHeadAttention(
         contextual_position = optional_layer(
             "contextual_position", contextual_position, ContextualPosition
         )
-        if contextual_position is not None and (attention_window or quantize):
+        if contextual_position is not None and quantize:
             _checks.fail(
                 "contextual_position",
-                "None with `attention_window` or `quantize=True` (it counts over "
-                "the dense logits, in float)",
+                "None with `quantize=True` (it counts over the logits in float)",
                 contextual_position,
             )
         if quantize_cache and (not quantize or value_dim not in (None, key_dim)):
@@ -535,7 +541,11 @@ class RelativeMultiHeadAttention(
         logits = r("logits", tf.matmul(query, key, transpose_b=True))
         if self.contextual_position is not None:  # it reads heads-last queries
             queries = ops.attention.swap_heads(query)
-            bias = _plus(bias, self.contextual_position(queries, logits, mask))
+            # Block-local, a band's W queries are its keys W .. 2W - 1.
+            window = self.attention_window
+            offset = {} if window is None else {"query_offset": window}
+            term = self.contextual_position(queries, logits, mask, **offset)
+            bias = _plus(bias, term)
         weights = self._weights(logits, bias, mask, training)
         dropped = self._dropout_layer(weights, training=training)
         return r("context", tf.matmul(dropped, value)), weights
@@ -781,7 +791,15 @@ class RelativeMultiHeadAttention(
                 )
             else:
                 context = self._local_context(
-                    inputs, folded, keys, query_mask, causal, training, start, segments
+                    inputs,
+                    folded,
+                    keys,
+                    query_mask,
+                    causal,
+                    training,
+                    start,
+                    segments,
+                    attention_bias,
                 )
             return swap(context), None
         bias = None
@@ -835,13 +853,33 @@ class RelativeMultiHeadAttention(
                 "local attention never builds. Received: return_attention_scores="
                 f"True with attention_window={window}"
             )
-        for name in ("attention_mask", "attention_bias", "positions", "key_positions"):
+        for name in ("attention_mask", "positions", "key_positions"):
             if call_arguments[name] is not None:
                 raise ValueError(
                     f"`{name}` must be None with attention_window={window} (local "
                     "attention builds its own band; use query/key masks and "
                     f"start_index). Received: a {name} tensor"
                 )
+        _check_band_bias(call_arguments["attention_bias"], t, window, self.num_heads)
+
+
+def _check_band_bias(bias, length, window, num_heads):
+    """A block-local `attention_bias` must lie on the band `(B|1, N*nb, W, 3W)`."""
+    if bias is None:
+        return
+    shape = tf.TensorShape(getattr(bias, "shape", None))
+    folded = None if length is None else num_heads * -(-length // window)
+    expected = [folded, window, 3 * window]
+    if shape.rank != 4 or any(
+        want is not None and got is not None and got != want
+        for want, got in zip(expected, shape[1:])
+    ):
+        raise ValueError(
+            f"`attention_bias` with attention_window={window} must be the band's "
+            f"bias (B or 1, N*nb, W, 3W) = (B or 1, {folded}, {window}, "
+            f"{3 * window}) (nb = ceil(T / W); `ForgettingGate(attention_window="
+            f"{window})` returns it). Received: attention_bias.shape={shape}"
+        )
 
 
 def _check_heads(name, producer, num_heads):

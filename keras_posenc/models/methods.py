@@ -314,17 +314,18 @@ METHODS = {
         defaults=_clipped_default,
     ),
 }
-#: Methods that run block-local (`attention_window`): all but the forgetting
-#: gate, whose bias is a dense per-example `(B, N, T, T)`, and CoPE, which
-#: counts over the dense logits.
-LOCAL_METHODS = tuple(
+#: Methods that run block-local (`attention_window`): all of them (the
+#: forgetting gate gives its bias on the band, CoPE counts over the band).
+LOCAL_METHODS = tuple(METHODS)
+#: Methods that run LSH attention (`attention_type="lsh"`): the block-local
+#: ones but the recursive blocks, whose two attentions are their own, the
+#: forgetting gate (a per-example bias on every pair) and CoPE (a count
+#: over the keys in text order, which LSH's chunks do not keep).
+LSH_METHODS = tuple(
     name
     for name, method in METHODS.items()
-    if not (method.forgetting_gate or method.contextual)
+    if not (method.recursive or method.forgetting_gate or method.contextual)
 )
-#: Methods that run LSH attention (`attention_type="lsh"`): the block-local
-#: ones but the recursive blocks, whose two attentions are their own.
-LSH_METHODS = tuple(name for name in LOCAL_METHODS if not METHODS[name].recursive)
 #: Methods whose attentions can share one bias (`share_position_bias=True`).
 SHARED_BIAS_METHODS = tuple(name for name, method in METHODS.items() if method.bias)
 

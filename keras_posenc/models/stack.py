@@ -32,7 +32,6 @@ from keras_posenc.layers.sinusoidal_position_encoding import (
 )
 from keras_posenc.models.methods import (
     DIRECTED_BIASES,
-    LOCAL_METHODS,
     LSH_METHODS,
     METHODS,
     QUANTIZED_METHODS,
@@ -104,13 +103,6 @@ class TransformerStack:
         _check_share_position_bias(
             share_position_bias, position, method, grid_shape, window
         )
-        if window is not None and position not in LOCAL_METHODS:
-            _checks.fail(
-                "attention_window",
-                f"None unless position is in {list(LOCAL_METHODS)} (position="
-                f"{position!r} reads the dense (B, N, T, T) logits or bias)",
-                attention_window,
-            )
         quantize = _checks.boolean("quantize", quantize)
         lsh = _check_attention_type(
             attention_type,
@@ -143,6 +135,8 @@ class TransformerStack:
             parts["cope"]["bidirectional"] = False
         else:  # an encoder's CoPE counts from the query on both sides
             parts["cope"].setdefault("bidirectional", True)
+        if window is not None:  # the gate's bias on the attention's band
+            parts["gate"]["attention_window"] = window
         self.method, self.causal, self.num_layers = method, causal, layers
         self.absolute = method.input_layers(parts, max_length, causal)
         self.combined = None

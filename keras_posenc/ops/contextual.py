@@ -6,7 +6,9 @@ Pure float32 functions of the attention's own logits and queries.
 import tensorflow as tf
 
 
-def contextual_positions(logits, mask, max_position, bidirectional=False):
+def contextual_positions(
+    logits, mask, max_position, bidirectional=False, query_offset=None
+):
     """`p[i, j] = sum_{t >= j} sigmoid(logits[i, t])` over unmasked keys `(..., T, S)`.
 
     Under a causal mask the sum runs over `t = j .. i`: how many keys from
@@ -14,7 +16,8 @@ def contextual_positions(logits, mask, max_position, bidirectional=False):
     `max_position`.
 
     With `bidirectional=True` the count runs from the query to the key on
-    either side (the query `i` is key `i + S - T`): `sum_{t=j..i}` for a key
+    either side (the query `i` is key `i + query_offset`, by default
+    `i + S - T`): `sum_{t=j..i}` for a key
     at or before it, `sum_{t=i..j}` for a key after it, each clamped to
     `max_position = P`. A key after the query is returned as `P + 1 + p`, so
     one table of `2 (P + 1)` rows holds both sides and an interpolation never
@@ -27,7 +30,9 @@ def contextual_positions(logits, mask, max_position, bidirectional=False):
         positions = tf.cumsum(gates, axis=-1, reverse=True)
         return tf.minimum(positions, float(max_position))
     queries, keys = tf.shape(gates)[-2], tf.shape(gates)[-1]
-    query_keys = tf.range(queries) + keys - queries  # (T,): each query's key
+    if query_offset is None:
+        query_offset = keys - queries
+    query_keys = tf.range(queries) + query_offset  # (T,): each query's key
     after = tf.cast(tf.range(keys)[None, :] > query_keys[:, None], tf.float32)
     from_query = tf.cast(tf.range(keys)[None, :] >= query_keys[:, None], tf.float32)
     before = tf.cumsum(gates * (1.0 - after), axis=-1, reverse=True)

@@ -8,6 +8,7 @@ previous position (`step_sums`).
 
 import tensorflow as tf
 
+from keras_posenc.ops.blocks import block_positions, to_band, to_blocks
 from keras_posenc.ops.cache import rolling_positions, write_rows
 
 
@@ -29,6 +30,36 @@ def decay_bias(log_forward, log_backward=None):
     e = tf.transpose(tf.cumsum(log_backward, axis=1, exclusive=True), [0, 2, 1])
     after = e[:, :, None, :] - e[:, :, :, None]  # (B, N, T, T): e_j - e_i
     return tf.where(at_or_before, before, after)
+
+
+def decay_band(log_forward, log_backward, window):
+    """`decay_bias` on the band of block-local attention `(B, N*nb, W, 3W)`.
+
+    The same values as `decay_bias` at each block's queries and band keys
+    (`ops.blocks`: blocks of `window` queries, a band of 3W keys), without
+    the `(T, T)` matrix; slots outside the sequence hold values the band's
+    mask removes.
+    """
+    length = tf.shape(log_forward)[1]
+    query_pos, key_pos = block_positions(length, window)  # (nb, W), (nb, 3W)
+    at_or_before = key_pos[:, None, :] <= query_pos[:, :, None]  # (nb, W, 3W)
+    heads = log_forward.shape[-1]
+
+    def blocked(values):  # (B, T, N) -> queries (B, N*nb, W, 1), keys (.., 3W, 1)
+        values = tf.transpose(values, [0, 2, 1])[:, :, :, None]  # (B, N, T, 1)
+        return to_blocks(values, window), to_band(values, window)
+
+    c_q, c_k = blocked(tf.cumsum(log_forward, axis=1))
+    before = c_q - tf.transpose(c_k, [0, 1, 3, 2])  # (B, N*nb, W, 3W): c_i - c_j
+    if log_backward is None:
+        after = tf.zeros_like(before)
+    else:
+        e_q, e_k = blocked(tf.cumsum(log_backward, axis=1, exclusive=True))
+        after = tf.transpose(e_k, [0, 1, 3, 2]) - e_q  # e_j - e_i
+    # (N*nb, W, 3W): a rank below the bias's keeps TFLite's SELECT_V2 (TFLM
+    # has no SELECT, which equal shapes would convert to).
+    side = tf.tile(at_or_before, [heads, 1, 1])
+    return tf.where(side, before, after)
 
 
 def step_sums(log_forward, sums, index):

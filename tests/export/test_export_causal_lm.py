@@ -84,11 +84,13 @@ def test_float_only_methods_refuse_an_int8_lm_before_converting(position, match)
 if IS_KERAS_3:  # the TFLite graph is the same TensorFlow ops in either mode
 
     @pytest.mark.parametrize("position", ["fox", "cope"])
-    def test_float_only_methods_generate_in_tflm_at_float32(position):
+    @pytest.mark.parametrize("window", [None, 3])
+    def test_float_only_methods_generate_in_tflm_at_float32(position, window):
         """float32 runs in LiteRT and TFLM (fox: the step adds this token's log
-        gate to the cached sum; cope: each step recounts over the cached keys)."""
+        gate to the cached sum; cope: each step recounts over the cached keys),
+        dense and block-local (the step's window mask is the band's)."""
         pytest.importorskip("tflite_micro", reason="needs tflite-micro (TFLM)")
-        model = lm(position, max_length=32)
+        model = lm(position, max_length=32, attention_window=window)
         model_bytes = convert_causal_lm(
             model, calibration(), mode="float32", max_length=16, target="tflm"
         )

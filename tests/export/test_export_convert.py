@@ -88,8 +88,9 @@ if IS_KERAS_3:  # the TFLite graph is the same TensorFlow ops in either mode
 
     @pytest.mark.slow
     @pytest.mark.parametrize("position", [p for p, _ in FLOAT_ONLY_METHODS])
-    def test_float_only_methods_run_in_tflm_at_float32(position):
-        model = _classifier(position)
+    @pytest.mark.parametrize("window", [None, 4])
+    def test_float_only_methods_run_in_tflm_at_float32(position, window):
+        model = _classifier(position, attention_window=window)
         x = np.random.default_rng(0).integers(0, 10, size=(40, 12))
         model_bytes = tflite_export.convert(model, x, mode="float32")
         static = tflite_export.static_model(model, (12,), "int32")

@@ -96,9 +96,9 @@ def test_bad_arguments_are_refused():
         ContextualPosition(max_position=0)
     with pytest.raises(TypeError, match="`contextual_position` must be a Contextual"):
         RelativeMultiHeadAttention(2, 4, contextual_position="cope")
-    with pytest.raises(ValueError, match="`contextual_position` must be None with"):
+    with pytest.raises(ValueError, match="`contextual_position` must be None with `q"):
         RelativeMultiHeadAttention(
-            2, 4, attention_window=4, contextual_position=ContextualPosition()
+            2, 4, quantize=True, contextual_position=ContextualPosition()
         )
 
 

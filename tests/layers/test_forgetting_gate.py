@@ -29,17 +29,54 @@ def fox_oracle(gate, x, mask=None):
     return out
 
 
-@pytest.mark.parametrize("bidirectional", [True, False])
-def test_layer_checks(bidirectional, tmp_path):
+@pytest.mark.parametrize(
+    "bidirectional,window", [(True, None), (False, None), (True, 4)]
+)
+def test_layer_checks(bidirectional, window, tmp_path):
     x = np.random.normal(size=(2, 6, 4)).astype("float32")
     check_layer(
-        lambda **kw: ForgettingGate(2, bidirectional=bidirectional, **kw),
+        lambda **kw: ForgettingGate(
+            2, bidirectional=bidirectional, attention_window=window, **kw
+        ),
         x,
         tmp_path,
         num_weights=2,  # the gate's kernel and bias
-        expected_output_shape=(2, 2, 6, 6),
+        # block-local: (B, N * ceil(6 / 4), W, 3W)
+        expected_output_shape=(2, 2, 6, 6) if window is None else (2, 4, 4, 12),
         fit=False,
         passes_mask=False,
+    )
+
+
+@pytest.mark.parametrize("bidirectional", [True, False])
+@pytest.mark.parametrize("length,window", [(7, 3), (9, 3), (2, 4)])
+def test_the_band_holds_the_papers_bias_at_every_pair_it_reaches(
+    bidirectional, length, window
+):
+    gate = ForgettingGate(
+        2, bidirectional=bidirectional, initial_bias=0.5, attention_window=window
+    )
+    x = np.random.default_rng(length).normal(size=(2, length, 5)).astype("float32")
+    mask = np.ones((2, length), bool)
+    mask[1, length // 2 :] = False
+    band = gate(x, mask=mask).numpy()  # (B, N*nb, W, 3W)
+    want = fox_oracle(gate, x, mask)  # (B, N, T, T)
+    blocks = -(-length // window)
+    assert band.shape == (2, 2 * blocks, window, 3 * window)
+    reached = 0
+    for n in range(2):
+        for b in range(blocks):
+            for w in range(window):
+                for slot in range(3 * window):
+                    i, j = b * window + w, (b - 1) * window + slot
+                    if i < length and 0 <= j < length:
+                        got = band[:, n * blocks + b, w, slot]
+                        np.testing.assert_allclose(got, want[:, n, i, j], atol=1e-5)
+                        reached += 1
+    # Every pair within a block of the other's block is on the band.
+    assert reached == 2 * np.sum(
+        np.abs(np.arange(length)[:, None] // window - np.arange(length)[None] // window)
+        <= 1
     )
 
 
@@ -105,6 +142,8 @@ def test_bad_arguments_are_refused():
         ForgettingGate(2, initial_bias="5")
     with pytest.raises(ValueError, match="`num_heads` must be an integer >= 1"):
         ForgettingGate(0)
+    with pytest.raises(ValueError, match="`attention_window` must be an integer >= 1"):
+        ForgettingGate(2, attention_window=0)
     with pytest.raises(ValueError, match="`bidirectional` must be False to decode"):
         ForgettingGate(2).step(tf.zeros((1, 1, 4)), tf.zeros((1, 4, 2)), 0)
     with pytest.raises(ValueError, match="The last axis of the input must be known"):

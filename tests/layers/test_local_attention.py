@@ -5,7 +5,9 @@ from layer_checks import check_layer
 
 import tflite_export
 from keras_posenc import (
+    ContextualPosition,
     DynamicPositionBias,
+    ForgettingGate,
     RelativeMultiHeadAttention,
     RelativePositionBias,
     models,
@@ -203,7 +205,8 @@ def test_trained_at_length_l_keeps_accuracy_at_8l_and_32l():
         ),
         (
             {"attention_bias": np.zeros((1, 2, 6, 6))},
-            "`attention_bias` must be None with attention_window=4",
+            r"`attention_bias` with attention_window=4 must be the band's bias "
+            r"\(B or 1, N\*nb, W, 3W\) = \(B or 1, 4, 4, 12\)",
         ),
         ({"positions": np.arange(6)}, "`positions` must be None with attention_w"),
         ({"return_attention_scores": True}, "`return_attention_scores` needs"),
@@ -234,3 +237,41 @@ def test_a_dynamic_length_shorter_than_the_window_is_exact(length):
         input_signature=[tf.TensorSpec((1, None, 4))],
     )
     np.testing.assert_allclose(traced(x), eager, atol=1e-6)
+
+
+@pytest.mark.parametrize("form", ["causal", "two-sided"])
+@pytest.mark.parametrize("length,window,padding", [(13, 4, 3), (16, 5, 0), (5, 8, 1)])
+def test_content_positions_on_the_band_equal_dense_with_the_band_mask(
+    form, length, window, padding
+):
+    # The forgetting gate's band bias and CoPE's count over the band are the
+    # dense ones under the band mask: every key between a band key and its
+    # query is in the band.
+    causal = form == "causal"
+    keras.utils.set_random_seed(2)
+    gates = [
+        ForgettingGate(
+            2, bidirectional=not causal, initial_bias=0.5, attention_window=w
+        )
+        for w in (None, window)
+    ]
+    copes = [ContextualPosition(3, bidirectional=not causal) for _ in range(2)]
+    dense = RelativeMultiHeadAttention(2, 4, contextual_position=copes[0])
+    local = RelativeMultiHeadAttention(
+        2, 4, contextual_position=copes[1], attention_window=window
+    )
+    x = np.random.default_rng(length).normal(size=(2, length, 6)).astype("float32")
+    mask = np.ones((2, length), bool)
+    if padding:
+        mask[1, -padding:] = False
+    for pair in (gates, (dense, local)):
+        for layer in pair:
+            layer(x)
+        pair[1].set_weights(pair[0].get_weights())
+    band = tf.broadcast_to(band_mask(length, window, causal)[None], (2, length, length))
+    keys = dict(query_mask=mask, value_mask=mask)
+    want = dense(x, attention_mask=band, attention_bias=gates[0](x, mask=mask), **keys)
+    got = local(
+        x, use_causal_mask=causal, attention_bias=gates[1](x, mask=mask), **keys
+    )
+    np.testing.assert_allclose(got.numpy()[mask], want.numpy()[mask], atol=1e-5)

@@ -104,7 +104,17 @@ def test_a_shared_bias_is_every_layer_adding_it_and_caches_exactly(position, tmp
 
 
 #: Block-local variants: one method per kind of position producer.
-WINDOWED = ("learned", "t5", "dynamic_bias", "hybrid", "recursive", "rope", "gated")
+WINDOWED = (
+    "learned",
+    "t5",
+    "dynamic_bias",
+    "hybrid",
+    "recursive",
+    "rope",
+    "gated",
+    "fox",
+    "cope",
+)
 
 
 @pytest.mark.parametrize("position", fast_only(WINDOWED, ("t5", "rope"), per_kind=True))

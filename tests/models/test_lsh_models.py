@@ -59,6 +59,8 @@ def test_an_lsh_encoder_fits_saves_and_reloads(tmp_path):
     [
         ({"attention_type": "local"}, "attention_type.*'dense', 'lsh'"),
         ({"position": "recursive"}, "attention_type.*'dense' unless position"),
+        ({"position": "fox"}, "attention_type.*'dense' unless position"),
+        ({"position": "cope"}, "attention_type.*'dense' unless position"),
         ({"attention_window": 4}, "attention_window.*unset with attention_type"),
         ({"share_position_bias": True}, "share_position_bias.*unset"),
         ({"attention_options": {"buckets": 4}}, "Unknown keys: \\['buckets'\\]"),

@@ -117,16 +117,6 @@ def test_padding_is_masked_when_mask_zero():
             ValueError,
             "`share_position_bias` must be False with block-local attention",
         ),
-        (
-            {"position": "fox", "attention_window": 4},
-            ValueError,
-            r"`attention_window` must be None unless position is in .*'fox' reads",
-        ),
-        (
-            {"position": "cope", "attention_window": 4},
-            ValueError,
-            r"`attention_window` must be None unless position is in .*'cope' reads",
-        ),
     ],
 )
 def test_rejects_bad_arguments(kwargs, error, match):

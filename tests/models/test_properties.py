@@ -15,7 +15,6 @@ from keras_posenc import (  # noqa: E402
     RotaryEmbedding,
 )
 from keras_posenc.models import (  # noqa: E402
-    LOCAL_METHODS,
     POSITION_METHODS,
     build_token_classifier,
 )
@@ -147,7 +146,6 @@ def test_every_builder_method_is_finite_padding_invariant_and_graph_equal(
     position, batch, length, pad, window, heads
 ):
     tf.keras.utils.set_random_seed(length)
-    window = window if position in LOCAL_METHODS else None  # fox, cope: dense
     model = build_token_classifier(
         3,
         vocab_size=9,
