@@ -174,9 +174,9 @@ def rotary_rounding_problems(rotary, key_dim):
     """Why `quantize=True` cannot model the int8 rounding of `rotary` ([] if it can).
 
     It models one table of cos and sin per position on a range known before
-    training: a 1-D position-only type (no length-dependent frequencies,
-    grid, learned frequencies or xPos, whose key scales grow without bound)
-    turning every feature of a head.
+    training (xPos' key tables: learned from them): a 1-D position-only type
+    (no length-dependent frequencies, grid or learned frequencies) turning
+    every feature of a head.
     """
     problems = []
     if not rotary.position_only or rotary.learned_frequencies:
@@ -185,11 +185,6 @@ def rotary_rounding_problems(rotary, key_dim):
             f"{rotary.coordinate_dim}, learned_frequencies="
             f"{rotary.learned_frequencies} (cos and sin must depend on a 1-D "
             "position alone)"
-        )
-    if rotary.xpos_scale_base is not None:
-        problems.append(
-            f"xpos_scale_base={rotary.xpos_scale_base} (xPos key scales have no "
-            "fixed range)"
         )
     if rotary.rotary_dim not in (None, key_dim):
         problems.append(

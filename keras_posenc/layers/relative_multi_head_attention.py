@@ -53,6 +53,9 @@ ROUNDING_POINTS = (
 ROTARY_POINTS = tuple(
     f"{side}_{name}" for side in ("query", "key") for name in ("cos", "sin", "rotated")
 )
+#: With xPos: the bound of the keys' tables, which grows with the position
+#: (learned from the tables of the lengths trained on).
+XPOS_POINT = "key_table"
 
 
 @register
@@ -133,10 +136,13 @@ class RelativeMultiHeadAttention(
             (TFLite's fixed 1/256 grid) and the context; with a rotary
             layer, its cos and sin tables (on their fixed range) and each
             side's two products and sum in place of the scaled queries
-            (`ROTARY_POINTS`). Dense or block-local (the same points on the
-            band), not LSH; a rotary layer of one table per
-            1-D position turning every feature (no xPos, length-dependent
-            type, grid or learned frequencies: refused). Masked logits take
+            (`ROTARY_POINTS`); with xPos the keys' tables, whose scales grow
+            with the position, on the bound learned from the lengths trained
+            on (`XPOS_POINT`: a key past them saturates there, in Keras and
+            in the int8 model alike). Dense or block-local (the same points
+            on the band), not LSH; a rotary layer of one table per 1-D
+            position turning every feature (no length-dependent type, grid
+            or learned frequencies: refused). Masked logits take
             the bounded penalty of int8 exports (`ops.MASK_PENALTY`).
             Defaults to False.
         quantize_cache: bool, with `quantize`: also round the keys and values
@@ -328,6 +334,8 @@ class RelativeMultiHeadAttention(
         points = ROUNDING_POINTS + ((CACHE_POINT,) if quantize_cache else ())
         if rotary is not None:  # the rotation scales the queries
             points = ROTARY_POINTS + tuple(p for p in points if p != "scaled_query")
+            if rotary.xpos_scale_base is not None:
+                points += (XPOS_POINT,)
         self.rounding = rounding_points(self, points, quantize)
         self.supports_masking = True
         self._dropout_layer = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
@@ -743,6 +751,10 @@ class RelativeMultiHeadAttention(
         if side == "query":
             cos, sin = cos * self._query_scale, sin * self._query_scale
         tables = ops.rotary.rotation_tables(cos, sin, self.rotary.interleaved)
+        if side == "key" and XPOS_POINT in self.rounding:  # xPos: scales >= 1
+            bound = self.rounding[XPOS_POINT]
+            bound(tf.reduce_max(tf.abs(tf.stack(tables)))[None], training=training)
+            limit = bound.maximum  # the largest |entry| of the tables trained on
         tables = [quantization.fake_quant_symmetric(t, limit) for t in tables]
         if rows is not None:
             tables = [tf.gather(t, rows) for t in tables]

@@ -48,19 +48,27 @@ def fake_quant_weight(weight):
 
 
 def fake_quant_symmetric(x, limit):
-    """`x` rounded to the int8 grid of the fixed range [-limit, limit].
+    """`x` rounded to the int8 grid of the range [-limit, limit].
 
     Narrow (steps -127 .. 127, zero point 0), for tables whose bound is known
-    before training: cos and sin of a rotation. On a constant the converter
-    folds it into the constant's int8 range.
+    before training (cos and sin of a rotation: `limit` a number) or learned
+    from them (xPos' key scales: `limit` a scalar tensor, widened to
+    `MIN_WEIGHT_RANGE` while unseen). On a constant the converter folds it
+    into the constant's int8 range.
     """
-    rounded = tf.quantization.fake_quant_with_min_max_args(
-        tf.cast(x, tf.float32),
-        -float(limit),
-        float(limit),
-        num_bits=NUM_BITS,
-        narrow_range=True,
-    )
+    if isinstance(limit, (int, float)):
+        rounded = tf.quantization.fake_quant_with_min_max_args(
+            tf.cast(x, tf.float32),
+            -float(limit),
+            float(limit),
+            num_bits=NUM_BITS,
+            narrow_range=True,
+        )
+    else:
+        high = tf.maximum(tf.cast(limit, tf.float32), MIN_WEIGHT_RANGE)
+        rounded = tf.quantization.fake_quant_with_min_max_vars(
+            tf.cast(x, tf.float32), -high, high, num_bits=NUM_BITS, narrow_range=True
+        )
     return tf.cast(rounded, x.dtype)
 
 

@@ -400,10 +400,33 @@ def test_quantized_attention_stays_near_float_once_ranges_are_learned(mode):
     assert np.abs(got - want).max() > 0  # it rounds
 
 
+def test_quantized_xpos_rounds_the_key_tables_on_the_bound_trained_on():
+    """xPos' key scales zeta_i^(-n / base) grow with n: the keys' cos and sin
+    tables round on the largest |entry| of the lengths trained on (an
+    oracle from the xPos formula), and a longer text saturates there."""
+    base, width = 4.0, 4
+    layer = RelativeMultiHeadAttention(
+        2, width, rotary=RotaryEmbedding(xpos_scale_base=base), quantize=True
+    )
+    x = np.random.default_rng(0).normal(size=(2, 6, 8)).astype("float32")
+    layer(x, training=True)
+    slots = np.arange(0, width, 2)
+    zeta = (slots / width + 0.4) / 1.4
+    angles = np.arange(6)[:, None] * 10000.0 ** (-slots / width)  # (T, H/2)
+    scales = zeta ** (-np.arange(6)[:, None] / base)
+    want = np.abs(np.stack([np.cos(angles), np.sin(angles)]) * scales).max()
+    bound = float(layer.rounding["key_table"].maximum.numpy())
+    np.testing.assert_allclose(bound, want, rtol=1e-5)
+    assert want > 1.5  # the keys' scales did grow past cos and sin's own 1
+    longer = np.random.default_rng(1).normal(size=(2, 12, 8)).astype("float32")
+    out = layer(longer).numpy()
+    assert np.isfinite(out).all()
+    assert float(layer.rounding["key_table"].maximum.numpy()) == bound  # inference
+
+
 @pytest.mark.parametrize(
     "kwargs, reason",
     [
-        ({"rotary": RotaryEmbedding(xpos_scale_base=512.0)}, "xpos_scale_base=512"),
         ({"rotary": RotaryEmbedding(rotary_dim=2)}, "rotary_dim=2 .must rotate all"),
         (
             {

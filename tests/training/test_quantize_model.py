@@ -94,9 +94,22 @@ def test_refuses_layers_whose_rounding_is_not_modelled():
     model = classifier("gated")
     with pytest.raises(ValueError, match="whose int8 rounding is modelled"):
         quantize_model(model)
-    xpos = classifier("xpos")
-    with pytest.raises(ValueError, match="attention_0: xpos_scale_base=512.0"):
-        quantize_model(xpos)
+    keras.utils.set_random_seed(1)
+    dynamic = build_classifier(
+        2,
+        vocab_size=12,
+        position="rope",
+        hidden_dim=16,
+        num_heads=2,
+        num_layers=1,
+        position_options={
+            "rope_type": "dynamic",
+            "scaling_factor": 2.0,
+            "original_max_position_embeddings": 8,
+        },
+    )
+    with pytest.raises(ValueError, match="attention_0: rope_type='dynamic'"):
+        quantize_model(dynamic)
 
 
 def test_refuses_a_subclassed_model():
