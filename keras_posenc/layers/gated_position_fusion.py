@@ -4,6 +4,7 @@ import tensorflow as tf
 
 from keras_posenc import _checks, ops
 from keras_posenc._compat import build_sublayer, dim, incoming_mask, keras, register
+from keras_posenc.layers._rounding import rounder, rounding_points
 from keras_posenc.layers.segment_positions import check_segment_ids
 
 
@@ -32,6 +33,12 @@ class GatedPositionFusion(keras.layers.Layer):
         causal: bool, the relative term averages over the keys `j <= i` only
             (causal language models: no position sees a later one).
             Defaults to `False` (all `S` keys).
+        quantize: bool, round the fused encoding on a range learned in
+            training, for quantization-aware training. Without a Keras mask
+            or `segment_ids` the encoding depends on the positions alone and
+            int8 TFLite holds it as one int8 constant (a decoding step: its
+            rows); the mean over a mask's real keys is computed at run time
+            and is refused. Defaults to False.
 
     Call arguments:
         abs_pos: tensor `(B, T, D)`, absolute position encoding.
@@ -48,6 +55,8 @@ class GatedPositionFusion(keras.layers.Layer):
             (`keras_posenc.ops.segments`): each query averages over the keys
             of its own document, at positions that restart at 0 in it (as
             the document alone). Self-attention shapes (S = T).
+        training: bool, whether the batch updates the rounding range
+            (`quantize`).
 
     Returns:
         A `(B, T, D)` tensor.
@@ -73,12 +82,16 @@ class GatedPositionFusion(keras.layers.Layer):
         kernel_initializer="glorot_uniform",
         table_initializer="glorot_uniform",
         causal=False,
+        quantize=False,
         **kwargs,
     ):
         max_distance = _checks.positive_int("max_distance", max_distance, True)
         causal = _checks.boolean("causal", causal)
+        quantize = _checks.boolean("quantize", quantize)
         super().__init__(**kwargs)
         self.causal = causal
+        self.quantize = quantize
+        self.rounding = rounding_points(self, ("output",), quantize)
         self.max_distance = max_distance
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.table_initializer = keras.initializers.get(table_initializer)
@@ -99,6 +112,8 @@ class GatedPositionFusion(keras.layers.Layer):
                 shape=(2 * self.max_distance + 1, width),
                 initializer=self.table_initializer,
             )
+        for point in self.rounding.values():
+            build_sublayer(point, ())
         self.built = True
 
     def call(
@@ -109,7 +124,17 @@ class GatedPositionFusion(keras.layers.Layer):
         start_index=0,
         mask=None,
         segment_ids=None,
+        training=None,
     ):
+        if self.quantize and (mask is not None or segment_ids is not None):
+            given = "a Keras mask" if segment_ids is None else "segment_ids"
+            _checks.fail(
+                "quantize",
+                "False with a Keras mask or segment_ids (the mean over the real "
+                "keys is computed at run time; its int8 rounding is not modelled)",
+                True,
+                fix=f"Received {given}",
+            )
         absolute = tf.cast(abs_pos, tf.float32)  # (B, T, D)
         gate = tf.sigmoid(self.gate(absolute))  # (B, T, D)
         if segment_ids is not None:  # Keras 3 passes no mask beside segment_ids
@@ -122,6 +147,7 @@ class GatedPositionFusion(keras.layers.Layer):
             key_length = tf.maximum(key_length, 1)  # an all-padding row stays finite
         relative = self.relative_mean(abs_pos, rel_pos, key_length, start_index)
         fused = gate * absolute + (1.0 - gate) * relative
+        fused = rounder(self.rounding, training)("output", fused)
         return tf.cast(fused, self.compute_dtype)
 
     def compute_output_shape(self, abs_pos_shape, rel_pos_shape=None):
@@ -133,6 +159,7 @@ class GatedPositionFusion(keras.layers.Layer):
             {
                 "max_distance": self.max_distance,
                 "causal": self.causal,
+                "quantize": self.quantize,
                 "kernel_initializer": keras.initializers.serialize(
                     self.kernel_initializer
                 ),

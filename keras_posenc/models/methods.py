@@ -334,7 +334,7 @@ def rounding_modelled(method):
     """Whether every layer of `method` models its int8 rounding (QAT).
 
     No position generator, recursive blocks, forgetting gates,
-    contextual positions or gated and combined inputs yet: their rounding is
+    contextual positions or combined inputs yet: their rounding is
     not modelled (RoPE's is: its products,
     `RelativeMultiHeadAttention(quantize=True)`).
     """
@@ -342,7 +342,7 @@ def rounding_modelled(method):
         method.generator is None
         and not method.recursive
         and not method.combined_input
-        and method.input_positions in (None, "sinusoidal", "learned")
+        and method.input_positions in (None, "sinusoidal", "learned", "gated")
         and not method.forgetting_gate
         and not method.contextual
     )

@@ -127,6 +127,7 @@ class TransformerStack:
         parts = method.resolve_options(position_options, max_length)
         if quantize:
             parts["sinusoid"]["quantize"] = parts["learned"]["quantize"] = True
+            parts["fusion"]["quantize"] = True
         if causal:
             _refuse_lookahead(parts, position, position_options)
             if method.bias in DIRECTED_BIASES:

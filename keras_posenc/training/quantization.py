@@ -16,6 +16,7 @@ import tensorflow as tf
 from keras_posenc._compat import keras
 from keras_posenc.layers._rope_checks import rotary_rounding_problems
 from keras_posenc.layers.activation_range import ActivationRange
+from keras_posenc.layers.gated_position_fusion import GatedPositionFusion
 from keras_posenc.layers.layer_norm import LayerNorm
 from keras_posenc.layers.learned_position_embedding import LearnedPositionEmbedding
 from keras_posenc.layers.mean_pooling import MeanPooling
@@ -34,6 +35,7 @@ from keras_posenc.utils import nested_layers
 
 #: Package layers rebuilt with `quantize=True`.
 ROUNDING_LAYERS = (
+    GatedPositionFusion,
     LayerNorm,
     LearnedPositionEmbedding,
     MeanPooling,
@@ -55,7 +57,8 @@ def quantize_model(model):
             dense or block-local (its copy is a `CausalLM(quantize=True)`,
             caches rounded too), or a functional `keras.Model`
             built from `TokenEmbedding`, `SinusoidalPositionEncoding`,
-            `LearnedPositionEmbedding`, `RelativeMultiHeadAttention` (dense or
+            `LearnedPositionEmbedding`, `GatedPositionFusion` (no mask),
+            `RelativeMultiHeadAttention` (dense or
             block-local; RoPE of 1-D positions on every feature, or none),
             `LayerNorm`, `MeanPooling`, `Dense`, `Add` and `Dropout` layers,
             as `keras_posenc.models.build_classifier` builds them for the
@@ -79,6 +82,7 @@ def quantize_model(model):
         raise ValueError(
             "`model` must be built from layers whose int8 rounding is modelled "
             "(TokenEmbedding, SinusoidalPositionEncoding, LearnedPositionEmbedding, "
+            "GatedPositionFusion, "
             "RelativeMultiHeadAttention dense or block-local (not LSH), with RoPE "
             "of 1-D positions or no rotary, "
             "LayerNorm, MeanPooling, Dense, Add, Dropout). "

@@ -80,24 +80,25 @@ def test_the_tflm_step_without_data_generates_the_qat_models_tokens(qat_lm):
     np.testing.assert_array_equal(got, want)
 
 
-if IS_KERAS_3:  # the same rounding ops in either mode
-
-    @pytest.mark.slow
-    def test_an_xpos_qat_lm_generates_its_tokens_in_tflm_without_data():
-        """xPos' key tables round on the bound learned in QAT; the device's
-        step gathers rows of the same int8 table (measured: LiteRT reads the
-        text at 0.1945 bits per token against the QAT model's 0.1937)."""
-        pytest.importorskip("tflite_micro", reason="needs tflite-micro (TFLM)")
-        qat = trained_qat("xpos")
-        model_bytes = tflite_export.convert_causal_lm(
-            qat, None, max_length=20, target="tflm"
-        )
-        check_integer_ops(model_bytes)
-        prompts = [[1, 2, 3, 4], [7, 8]]
-        np.testing.assert_array_equal(
-            tflite_export.generate_tflite(model_bytes, prompts, 10, runtime="tflm"),
-            qat.generate(prompts, max_new_tokens=10),
-        )
+@pytest.mark.slow
+@pytest.mark.parametrize("position", ["xpos"] if IS_KERAS_3 else ["gated"])
+def test_rounded_position_tables_generate_the_qat_tokens_in_tflm(position):
+    """xPos' key tables round on the bound learned in QAT, gated fusion's
+    encoding on its learned range; the device's step gathers rows of the
+    same int8 tables (measured: LiteRT reads the text at 0.1945 / 0.3134
+    bits per token against the QAT models' 0.1937 / 0.3133). One method per
+    Keras mode: the same rounding ops in either."""
+    pytest.importorskip("tflite_micro", reason="needs tflite-micro (TFLM)")
+    qat = trained_qat(position)
+    model_bytes = tflite_export.convert_causal_lm(
+        qat, None, max_length=20, target="tflm"
+    )
+    check_integer_ops(model_bytes)
+    prompts = [[1, 2, 3, 4], [7, 8]]
+    np.testing.assert_array_equal(
+        tflite_export.generate_tflite(model_bytes, prompts, 10, runtime="tflm"),
+        qat.generate(prompts, max_new_tokens=10),
+    )
 
 
 @pytest.mark.slow

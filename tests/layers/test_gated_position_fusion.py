@@ -108,3 +108,29 @@ def test_even_table_is_an_error():
 def test_rejects_bad_max_distance():
     with pytest.raises(ValueError, match="`max_distance` must be an integer >= 1"):
         GatedPositionFusion(max_distance=0)
+
+
+def fake_quant(x, low, high):
+    """TensorFlow's fake quantization to 256 levels, zero nudged onto the grid."""
+    scale = (high - low) / 255
+    zero = np.round(-low / scale)
+    low, high = -zero * scale, (255 - zero) * scale
+    return np.round((np.clip(x, low, high) - low) / scale) * scale + low
+
+
+def test_quantized_fusion_is_the_float_fusion_on_its_learned_int8_grid():
+    x = np.random.default_rng(0).normal(size=(2, 5, 3)).astype("float32")
+    plain = GatedPositionFusion(max_distance=2)
+    rounded = GatedPositionFusion(max_distance=2, quantize=True)
+    want = plain(x).numpy()
+    rounded(x)
+    pairs = [(plain.table, rounded.table)] + list(
+        zip(plain.gate.weights, rounded.gate.weights)
+    )
+    for source, target in pairs:
+        target.assign(source)
+    got = rounded(x, training=True).numpy()  # the range of this batch
+    low, high = min(want.min(), 0.0), max(want.max(), 0.0)
+    np.testing.assert_allclose(got, fake_quant(want, low, high), atol=1e-5)
+    assert np.abs(got - want).max() > 0  # it rounds
+    assert rounded.get_config()["quantize"] is True

@@ -7,6 +7,7 @@ import tensorflow as tf
 import keras_posenc
 from keras_posenc.layers import (
     ActivationRange,
+    GatedPositionFusion,
     LayerNorm,
     QuantizedAdd,
     QuantizedDense,
@@ -91,9 +92,13 @@ def test_fits_saves_and_reloads_with_identical_outputs(tmp_path):
 
 
 def test_refuses_layers_whose_rounding_is_not_modelled():
-    model = classifier("gated")
+    model = classifier("hpn")
     with pytest.raises(ValueError, match="whose int8 rounding is modelled"):
         quantize_model(model)
+    fusion = GatedPositionFusion(max_distance=2, quantize=True)
+    x, mask = tf.zeros((1, 4, 8)), tf.constant([[True, True, False, False]])
+    with pytest.raises(ValueError, match="`quantize` must be False with a Keras mask"):
+        fusion(x, mask=mask)
     keras.utils.set_random_seed(1)
     dynamic = build_classifier(
         2,
