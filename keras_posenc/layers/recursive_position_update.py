@@ -9,11 +9,16 @@ from keras_posenc._compat import (
     register,
     serialize_layer,
 )
+from keras_posenc.layers._rounding import rounder, rounding_points
 from keras_posenc.layers.layer_norm import LayerNorm
+from keras_posenc.layers.quantized_dense import QuantizedDense
 from keras_posenc.layers.relative_multi_head_attention import (
     RelativeMultiHeadAttention,
 )
 from keras_posenc.layers.relative_position_bias import RelativePositionBias
+
+#: The two sums int8 TFLite rounds (`quantize`).
+SUM_POINTS = ("attention_sum", "update_sum")
 
 
 @register
@@ -45,6 +50,13 @@ class RecursivePositionUpdate(keras.layers.Layer):
         epsilon: float, the LayerNorm epsilon. Defaults to `1e-5`.
         attention_window: int, block-local window of both attentions (see
             `RelativeMultiHeadAttention`). Defaults to `None` (dense).
+        quantize: bool, fake-quantize what int8 TFLite rounds, for
+            quantization-aware training: both attentions
+            (`RelativeMultiHeadAttention(quantize=True)`), the feed-forward
+            (`QuantizedDense`), the two sums and the layer norm. `"cache"`
+            also rounds both attentions' keys and values on the int8 cache's
+            one range (causal language models: `quantize_cache`).
+            Defaults to False.
 
     Call arguments:
         inputs: tensor `(B, T, D)`.
@@ -87,6 +99,7 @@ class RecursivePositionUpdate(keras.layers.Layer):
         position_bias=None,
         epsilon=1e-5,
         attention_window=None,
+        quantize=False,
         **kwargs,
     ):
         num_heads = _checks.positive_int("num_heads", num_heads)
@@ -102,6 +115,8 @@ class RecursivePositionUpdate(keras.layers.Layer):
         attention_window = _checks.positive_int(
             "attention_window", attention_window, allow_none=True
         )
+        if quantize not in (False, True, "cache"):
+            _checks.fail("quantize", "False, True or 'cache'", quantize)
         super().__init__(**kwargs)
         self.num_heads = num_heads
         self.key_dim = key_dim
@@ -112,6 +127,8 @@ class RecursivePositionUpdate(keras.layers.Layer):
         self.position_bias = position_bias
         self.epsilon = epsilon
         self.attention_window = attention_window
+        self.quantize = quantize
+        self.rounding = rounding_points(self, SUM_POINTS, bool(quantize))
         self.supports_masking = True
 
     def build(self, input_shape):
@@ -119,6 +136,9 @@ class RecursivePositionUpdate(keras.layers.Layer):
         bias = self.position_bias or RelativePositionBias(
             self.position_heads, dtype=self.dtype_policy, name="position_bias"
         )
+        rounding = {}
+        if self.quantize:
+            rounding = dict(quantize=True, quantize_cache=self.quantize == "cache")
         self.attention = RelativeMultiHeadAttention(
             self.num_heads,
             self.key_dim,
@@ -126,6 +146,7 @@ class RecursivePositionUpdate(keras.layers.Layer):
             attention_window=self.attention_window,
             dtype=self.dtype_policy,
             name="attention",
+            **rounding,
         )
         self.position_attention = RelativeMultiHeadAttention(
             self.position_heads,
@@ -135,17 +156,24 @@ class RecursivePositionUpdate(keras.layers.Layer):
             attention_window=self.attention_window,
             dtype=self.dtype_policy,
             name="position_attention",
+            **rounding,
         )
-        self.position_hidden = keras.layers.Dense(
+        dense = QuantizedDense if self.quantize else keras.layers.Dense
+        self.position_hidden = dense(
             self.ff_dim or width,
             "relu",
             dtype=self.dtype_policy,
             name="position_hidden",
         )
-        self.position_output = keras.layers.Dense(
+        self.position_output = dense(
             width, dtype=self.dtype_policy, name="position_output"
         )
-        self.norm = LayerNorm(self.epsilon, dtype=self.dtype_policy, name="norm")
+        self.norm = LayerNorm(
+            self.epsilon,
+            quantize=bool(self.quantize),
+            dtype=self.dtype_policy,
+            name="norm",
+        )
         hidden_shape = tuple(input_shape[:-1]) + (self.ff_dim or width,)
         for layer, shape in (
             (self.attention, (input_shape, input_shape)),
@@ -155,6 +183,8 @@ class RecursivePositionUpdate(keras.layers.Layer):
             (self.norm, (input_shape,)),
         ):
             build_sublayer(layer, *shape)
+        for point in self.rounding.values():
+            build_sublayer(point, ())
         self.built = True
 
     def call(
@@ -189,7 +219,7 @@ class RecursivePositionUpdate(keras.layers.Layer):
                 inputs, cache=cache[1], cache_update_index=cache_update_index
             )
             update = self.position_output(self.position_hidden(position))
-            return self.norm(inputs + content + update), [attended, seen]
+            return self._sum(inputs, content, update, training), [attended, seen]
         mask = incoming_mask(inputs, mask)  # Keras 3 passes none beside segment_ids
         kwargs = dict(
             attention_mask=attention_mask,
@@ -201,7 +231,7 @@ class RecursivePositionUpdate(keras.layers.Layer):
         )
         attended = self.attention(inputs, **kwargs)
         update = self.position_update(inputs, **kwargs)
-        return self.norm(inputs + attended + update)
+        return self._sum(inputs, attended, update, training)
 
     def compute_output_shape(self, input_shape):
         return tuple(input_shape)
@@ -219,9 +249,16 @@ class RecursivePositionUpdate(keras.layers.Layer):
                 "position_bias": serialize_layer(self.position_bias),
                 "epsilon": self.epsilon,
                 "attention_window": self.attention_window,
+                "quantize": self.quantize,
             }
         )
         return config
+
+    def _sum(self, inputs, attended, update, training=None):
+        """`LayerNorm(x + Attention(x) + PositionUpdate(x))`, each sum rounded."""
+        r = rounder(self.rounding, training)
+        total = r("update_sum", r("attention_sum", inputs + attended) + update)
+        return self.norm(total)
 
     def position_update(self, inputs, **attention_kwargs):
         """`PositionUpdate(x)`: narrow relative attention, then feed-forward."""

@@ -333,14 +333,13 @@ SHARED_BIAS_METHODS = tuple(name for name, method in METHODS.items() if method.b
 def rounding_modelled(method):
     """Whether every layer of `method` models its int8 rounding (QAT).
 
-    No position generator, recursive blocks, forgetting gates,
+    No position generator, forgetting gates,
     contextual positions or combined inputs yet: their rounding is
     not modelled (RoPE's is: its products,
     `RelativeMultiHeadAttention(quantize=True)`).
     """
     return (
         method.generator is None
-        and not method.recursive
         and not method.combined_input
         and method.input_positions in (None, "sinusoidal", "learned", "gated")
         and not method.forgetting_gate

@@ -170,7 +170,7 @@ class TransformerStack:
             if method.recursive:
                 self.blocks.append(
                     _recursive_block(
-                        heads, width, dropout, window, parts, index, causal
+                        heads, width, dropout, window, parts, index, causal, quantize
                     )
                 )
             else:
@@ -447,8 +447,10 @@ def packed_inputs(sequence_length, packed):
     return {"token_ids": tokens, "segment_ids": segments}, tokens, segments
 
 
-def _recursive_block(heads, width, dropout, window, parts, index, causal):
+def _recursive_block(heads, width, dropout, window, parts, index, causal, quantize):
     block = dict(parts["block"])
+    if quantize:  # a causal LM's blocks also round their caches
+        block["quantize"] = "cache" if causal else True
     bias = None  # an encoder's block makes its own bidirectional T5 bias
     if causal:
         bias = RelativePositionBias(

@@ -22,6 +22,7 @@ from keras_posenc.layers.learned_position_embedding import LearnedPositionEmbedd
 from keras_posenc.layers.mean_pooling import MeanPooling
 from keras_posenc.layers.quantized_add import QuantizedAdd
 from keras_posenc.layers.quantized_dense import QuantizedDense
+from keras_posenc.layers.recursive_position_update import RecursivePositionUpdate
 from keras_posenc.layers.relative_multi_head_attention import (
     RelativeMultiHeadAttention,
 )
@@ -39,6 +40,7 @@ ROUNDING_LAYERS = (
     LayerNorm,
     LearnedPositionEmbedding,
     MeanPooling,
+    RecursivePositionUpdate,
     RelativeMultiHeadAttention,
     SinusoidalPositionEncoding,
     TokenEmbedding,
@@ -58,6 +60,7 @@ def quantize_model(model):
             caches rounded too), or a functional `keras.Model`
             built from `TokenEmbedding`, `SinusoidalPositionEncoding`,
             `LearnedPositionEmbedding`, `GatedPositionFusion` (no mask),
+            `RecursivePositionUpdate`,
             `RelativeMultiHeadAttention` (dense or
             block-local; RoPE of 1-D positions on every feature, or none),
             `LayerNorm`, `MeanPooling`, `Dense`, `Add` and `Dropout` layers,
@@ -82,7 +85,7 @@ def quantize_model(model):
         raise ValueError(
             "`model` must be built from layers whose int8 rounding is modelled "
             "(TokenEmbedding, SinusoidalPositionEncoding, LearnedPositionEmbedding, "
-            "GatedPositionFusion, "
+            "GatedPositionFusion, RecursivePositionUpdate, "
             "RelativeMultiHeadAttention dense or block-local (not LSH), with RoPE "
             "of 1-D positions or no rotary, "
             "LayerNorm, MeanPooling, Dense, Add, Dropout). "

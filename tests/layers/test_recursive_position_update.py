@@ -4,6 +4,7 @@ import tensorflow as tf
 from layer_checks import check_layer
 
 from keras_posenc import RecursivePositionUpdate, RelativePositionBias
+from keras_posenc.layers import QuantizedDense
 
 keras = tf.keras
 
@@ -79,6 +80,7 @@ def test_custom_position_bias_is_used_and_serialized():
         ({"dropout": 2.0}, ValueError, "`dropout` must be a number in"),
         ({"position_bias": 3}, TypeError, "`position_bias` must be a Keras layer"),
         ({"epsilon": -1.0}, ValueError, "`epsilon` must be a finite number"),
+        ({"quantize": "yes"}, ValueError, "`quantize` must be False, True or 'cache'"),
     ],
 )
 def test_rejects_bad_arguments(kwargs, error, match):
@@ -99,3 +101,28 @@ def test_sublayers_follow_the_parent_dtype_policy():
         block.norm,
     ):
         assert layer.dtype_policy.name == "mixed_bfloat16", layer.name
+
+
+def test_a_quantized_block_rounds_every_part_and_reloads(tmp_path):
+    """quantize="cache" (a causal LM's blocks): both attentions round, their
+    caches too; the feed-forward is QuantizedDense; the ranges reload."""
+    x = np.random.default_rng(0).normal(size=(2, 5, 8)).astype("float32")
+    inputs = keras.Input((5, 8))
+    block = RecursivePositionUpdate(2, 4, quantize="cache")
+    model = keras.Model(inputs, block(inputs))
+    plain = RecursivePositionUpdate(2, 4)
+    want = plain(x).numpy()
+    floats = [w for w in block.weights if "minimum" not in w.name]
+    floats = [w for w in floats if "maximum" not in w.name and "batches" not in w.name]
+    for source, target in zip(plain.weights, floats, strict=True):
+        target.assign(source)
+    got = model(x, training=True).numpy()
+    assert 0 < np.abs(got - want).max() < 0.1 * np.ptp(want)  # rounded, not garbage
+    for attention in (block.attention, block.position_attention):
+        assert attention.quantize and attention.quantize_cache
+    assert isinstance(block.position_hidden, QuantizedDense)
+    assert isinstance(block.position_output, QuantizedDense)
+    model.save(tmp_path / "block.keras")
+    loaded = keras.models.load_model(tmp_path / "block.keras")
+    np.testing.assert_allclose(loaded(x).numpy(), model(x).numpy(), atol=1e-6)
+    assert loaded.layers[-1].get_config()["quantize"] == "cache"
