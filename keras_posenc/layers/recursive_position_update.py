@@ -50,7 +50,7 @@ class RecursivePositionUpdate(keras.layers.Layer):
         epsilon: float, the LayerNorm epsilon. Defaults to `1e-5`.
         attention_window: int, block-local window of both attentions (see
             `RelativeMultiHeadAttention`). Defaults to `None` (dense).
-        quantize: bool, fake-quantize what int8 TFLite rounds, for
+        quantize: bool or `"cache"`, fake-quantize what int8 TFLite rounds, for
             quantization-aware training: both attentions
             (`RelativeMultiHeadAttention(quantize=True)`), the feed-forward
             (`QuantizedDense`), the two sums and the layer norm. `"cache"`
@@ -115,7 +115,7 @@ class RecursivePositionUpdate(keras.layers.Layer):
         attention_window = _checks.positive_int(
             "attention_window", attention_window, allow_none=True
         )
-        if quantize not in (False, True, "cache"):
+        if not (quantize is False or quantize is True or quantize == "cache"):
             _checks.fail("quantize", "False, True or 'cache'", quantize)
         super().__init__(**kwargs)
         self.num_heads = num_heads

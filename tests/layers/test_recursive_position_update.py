@@ -81,6 +81,7 @@ def test_custom_position_bias_is_used_and_serialized():
         ({"position_bias": 3}, TypeError, "`position_bias` must be a Keras layer"),
         ({"epsilon": -1.0}, ValueError, "`epsilon` must be a finite number"),
         ({"quantize": "yes"}, ValueError, "`quantize` must be False, True or 'cache'"),
+        ({"quantize": 1}, ValueError, "`quantize` must be False, True or 'cache'"),
     ],
 )
 def test_rejects_bad_arguments(kwargs, error, match):
