@@ -31,8 +31,18 @@ METHODS = ("none", "sinusoidal", "learned", "t5", "alibi", "dynamic_bias")
 SEEDS = (0, 1, 2)
 #: `(float batches, QAT batches)` of the LM, by `quick`.
 LM_STEPS = {True: (100, 20), False: (1000, 200)}
-#: LM methods: relative, absolute, learned-bias; `rope` for its post-training loss.
-LM_METHODS = ("alibi", "t5", "learned", "dynamic_bias", "rope")
+#: LM methods: relative, absolute, learned-bias; `rope` for its post-training
+#: loss; `xpos`, `gated` and `recursive`, whose rounding is modelled since.
+LM_METHODS = (
+    "alibi",
+    "t5",
+    "learned",
+    "dynamic_bias",
+    "rope",
+    "xpos",
+    "gated",
+    "recursive",
+)
 
 
 def _spread(values):
