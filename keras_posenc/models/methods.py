@@ -333,15 +333,14 @@ SHARED_BIAS_METHODS = tuple(name for name, method in METHODS.items() if method.b
 def rounding_modelled(method):
     """Whether every layer of `method` models its int8 rounding (QAT).
 
-    No position generator, forgetting gates,
-    contextual positions or combined inputs yet: their rounding is
-    not modelled (RoPE's is: its products,
+    No position generator, forgetting gates, contextual positions or
+    combined inputs yet: their rounding is not modelled (every absolute
+    input's is, and RoPE's and xPos' products in
     `RelativeMultiHeadAttention(quantize=True)`).
     """
     return (
         method.generator is None
         and not method.combined_input
-        and method.input_positions in (None, "sinusoidal", "learned", "gated")
         and not method.forgetting_gate
         and not method.contextual
     )
