@@ -27,12 +27,15 @@ def machine():
     )
 
 
-def fwd_bwd(layer, x, xla=False):
+def fwd_bwd(layer, x, xla=False, sparse=False):
     """A compiled forward+backward step of `layer(x, x)` (graph, or XLA).
 
     The step returns the loss with the gradients, so no part of the forward
     pass is pruned as unused by the backward (a linear layer's gradient does
-    not read its own output).
+    not read its own output). The gradients are dense tensors, as Keras'
+    Adam reads them: a gather's gradient (keras-hub's T5 bias table) is
+    otherwise a sparse `IndexedSlices` of one row per gathered element that
+    nothing has summed yet; `sparse=True` leaves it so.
     """
     import tensorflow as tf
 
@@ -40,7 +43,10 @@ def fwd_bwd(layer, x, xla=False):
     def step():
         with tf.GradientTape() as tape:
             loss = tf.reduce_sum(layer(x, x))
-        return loss, tape.gradient(loss, layer.trainable_variables)
+        grads = tape.gradient(loss, layer.trainable_variables)
+        if not sparse:
+            grads = [tf.convert_to_tensor(grad) for grad in grads]
+        return loss, grads
 
     return step
 

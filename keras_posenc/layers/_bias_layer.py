@@ -38,7 +38,7 @@ class BiasLayer(keras.layers.Layer):
             k_pos = resolve_positions(key, 0, key_positions, self.position_ranks)
             bias = self.bias_between(q_pos, k_pos)
         if bias.shape.rank == 3:
-            bias = bias[None]  # (1, N, T, S)
+            bias = tf.expand_dims(bias, 0)  # (1, N, T, S); its gradient a reshape
         return tf.cast(bias, self.compute_dtype)
 
     def compute_output_shape(self, query_shape, key_shape=None):

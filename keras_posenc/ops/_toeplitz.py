@@ -2,8 +2,10 @@
 
 import tensorflow as tf
 
+from keras_posenc.ops.attention import in_xla
+
 #: Elements per head of the largest block of rows whose diagonals the
-#: gradient of `toeplitz` sums at once: its skew copies twice that.
+#: gradient of `toeplitz` sums at once: its skew copies about twice that.
 TOEPLITZ_BLOCK = 2**20
 
 
@@ -11,23 +13,28 @@ TOEPLITZ_BLOCK = 2**20
 def toeplitz(row, query_length, key_length):
     """`(N, T, S)` with `out[n, i, j] = row[n, j - i + T - 1]`, from `(N, T + S - 1)`.
 
-    Expands a bias on the distinct distances to the query-key grid. The
-    forward gathers whole `(N,)` columns; the backward sums each diagonal of
-    the upstream gradient with a skew (rows reversed, each padded by T, so
-    that a reshape turns diagonals into columns) and one reduction, instead
-    of a gather's scatter: 2.6x faster forward+backward in graph mode at
-    T=2048, though slower under XLA, whose scatter is fast
-    (`benchmarks/results/profile_attention.md`). With static lengths, the
-    skew runs on blocks of at most `TOEPLITZ_BLOCK` elements per head, so
-    its copies stay small next to the `(N, T, S)` gradient.
+    Expands a bias on the distinct distances to the query-key grid: the
+    forward gathers whole `(N,)` columns. In a plain graph the backward sums
+    each diagonal of the upstream gradient with a skew (each row padded by
+    `T - 1` in front, so that a reshape one wider turns diagonals into
+    columns) and one reduction, instead of a gather's scatter: 2.6x faster
+    forward+backward at T=2048. Under XLA, whose scatter is fast, the
+    gather keeps its own gradient (`benchmarks/results/profile_attention.md`).
+    With static lengths, the skew runs on blocks of at most `TOEPLITZ_BLOCK`
+    elements per head, so its copies stay small next to the `(N, T, S)`
+    gradient.
     """
+    t, s = query_length, key_length
+    index = tf.range(s)[None, :] - tf.range(t)[:, None] + (t - 1)  # (T, S)
+
+    def forward(row):
+        return tf.transpose(tf.gather(tf.transpose(row), index), [2, 0, 1])
+
+    if in_xla():
+        return forward(row)
 
     @tf.custom_gradient
     def expand(row):
-        t, s = query_length, key_length
-        index = tf.range(s)[None, :] - tf.range(t)[:, None] + (t - 1)  # (T, S)
-        out = tf.transpose(tf.gather(tf.transpose(row), index), [2, 0, 1])
-
         def grad(upstream):  # (N, T, S) -> (N, T + S - 1)
             if not (isinstance(t, int) and isinstance(s, int)):
                 return _diagonal_sums(upstream, t, s)
@@ -39,14 +46,20 @@ def toeplitz(row, query_length, key_length):
                 blocks.append(tf.pad(sums, [[0, 0], [t - c - start, start]]))
             return tf.add_n(blocks)
 
-        return out, grad
+        return forward(row), grad
 
     return expand(row)
 
 
 def _diagonal_sums(upstream, t, s):
-    """`(N, T, S)` -> `(N, T + S - 1)`: the sum of each diagonal `j - i`."""
+    """`(N, T, S)` -> `(N, T + S - 1)`: the sum of each diagonal `j - i`.
+
+    Row `i`, padded by `T - 1` in front to `S + T - 1` and laid out again
+    `S + T` wide, starts `i` places further left: `(i, j)` lands in column
+    `T - 1 + j - i`. Two pads and one reduction (no reversal, no slice).
+    """
     heads = tf.shape(upstream)[0]
-    skewed = tf.pad(tf.reverse(upstream, [1]), [[0, 0], [0, 0], [0, t]])
-    skewed = tf.reshape(skewed, [heads, -1])[:, : t * (s + t - 1)]
-    return tf.reduce_sum(tf.reshape(skewed, [heads, t, s + t - 1]), axis=1)
+    shifted = tf.pad(upstream, [[0, 0], [0, 0], [t - 1, 0]])  # (N, T, S + T - 1)
+    flat = tf.pad(tf.reshape(shifted, [heads, -1]), [[0, 0], [0, t]])
+    sums = tf.reduce_sum(tf.reshape(flat, [heads, t, s + t]), axis=1)
+    return sums[:, : s + t - 1]

@@ -9,12 +9,17 @@ from hypothesis import strategies as st
 from keras_posenc.ops import quantization
 
 
-def fake_quant_oracle(x, low, high, qmin=0, qmax=255):
-    """TensorFlow's nudged fake quantization, written from its definition."""
+def nudged_grid(low, high, qmin=0, qmax=255):
+    """TensorFlow's nudged `(low, high, scale)`, written from its definition."""
     scale = (high - low) / (qmax - qmin)
     zero_from_min = qmin - low / scale
     zero = np.clip(np.floor(zero_from_min + 0.5), qmin, qmax)
-    nudged_low, nudged_high = (qmin - zero) * scale, (qmax - zero) * scale
+    return (qmin - zero) * scale, (qmax - zero) * scale, scale
+
+
+def fake_quant_oracle(x, low, high, qmin=0, qmax=255):
+    """TensorFlow's nudged fake quantization, written from its definition."""
+    nudged_low, nudged_high, scale = nudged_grid(low, high, qmin, qmax)
     clamped = np.clip(x, nudged_low, nudged_high)
     return np.floor((clamped - nudged_low) / scale + 0.5) * scale + nudged_low
 
@@ -28,8 +33,16 @@ def fake_quant_oracle(x, low, high, qmin=0, qmax=255):
 def test_fake_quant_rounds_to_the_nudged_grid(low, high, seed):
     x = np.random.default_rng(seed).uniform(2 * low, 2 * high, 64).astype("float32")
     got = quantization.fake_quant(tf.constant(x), low, high).numpy()
-    want = fake_quant_oracle(x.astype(np.float64), np.float32(low), np.float32(high))
-    np.testing.assert_allclose(got, want, atol=1e-5 * (high - low))
+    low, high = np.float32(low), np.float32(high)
+    want = fake_quant_oracle(x.astype(np.float64), low, high)
+    # TensorFlow rounds in float32: where the float64 value sits within a
+    # hair of a half step, the two may round to neighbouring steps.
+    nudged_low, nudged_high, scale = nudged_grid(float(low), float(high))
+    unrounded = (np.clip(x, nudged_low, nudged_high) - nudged_low) / scale
+    tie = np.abs(unrounded - np.floor(unrounded) - 0.5) < 1e-4
+    close = np.abs(got - want) <= 1e-5 * (high - low)
+    neighbour = tie & (np.abs(got - want) <= scale * (1 + 1e-3))
+    assert np.all(close | neighbour), (x, got, want)
 
 
 def test_a_weight_rounds_symmetrically_to_127_steps_of_its_largest_value():
