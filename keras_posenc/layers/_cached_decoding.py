@@ -84,7 +84,8 @@ class CachedDecoding:
                 key_positions=ops.position_range(max_length),
                 length=current,
             )
-        context, _ = self._heads_attention(q, keys, values, bias, mask)
+        step = not ops.cache.is_static()  # exports keep the batched matmuls
+        context, _ = self._heads_attention(q, keys, values, bias, mask, step=step)
         return self._merge(context), cache
 
     def _check_rolling(self, cache, sink_tokens):
@@ -171,7 +172,8 @@ class CachedDecoding:
                 max_length=slots,
                 rows=(q_pos, k_pos),
             )
-        context, _ = self._heads_attention(q, keys, values, bias, mask)
+        step = not ops.cache.is_static()  # exports keep the batched matmuls
+        context, _ = self._heads_attention(q, keys, values, bias, mask, step=step)
         return self._merge(context), cache
 
     def _turned_logits(self, q, keys, where, current=None, k_pos=None, slots=None):

@@ -621,12 +621,15 @@ class RelativeMultiHeadAttention(
             name=name,
         )
 
-    def _heads_attention(self, q, k, v, bias=None, mask=None, training=None):
+    def _heads_attention(
+        self, q, k, v, bias=None, mask=None, training=None, step=False
+    ):
         """Heads-last `(B, T, N, H)` in, context `(B, T, N, Hv)` and weights out.
 
         `head_logits` / `head_context` on the projections' own layout unless a
         subclass overrides `compute_attention`, which then gets heads-first
-        `(B, N, T, H)`.
+        `(B, N, T, H)`. `step`: one query over a cache, in a plain graph
+        outside an export (`step_logits` / `step_context`).
         """
         if (
             type(self).compute_attention
@@ -638,15 +641,25 @@ class RelativeMultiHeadAttention(
             )
             return swap(context), weights
         r = rounder(self.rounding, training)
-        logits = r("logits", ops.attention.head_logits(q, k))
+        step = step and q.shape[1] == 1 and not ops.attention.in_xla()
+        products = (
+            (ops.attention.step_logits, ops.attention.step_context)
+            if step
+            else (ops.attention.head_logits, ops.attention.head_context)
+        )
+        logits = r("logits", products[0](q, k))
         if self.contextual_position is not None:
             bias = _plus(bias, self.contextual_position(q, logits, mask))
-        weights = self._weights(logits, bias, mask, training)
+        weights = self._weights(logits, bias, mask, training, step)
         dropped = self._dropout_layer(weights, training=training)
-        return r("context", ops.attention.head_context(dropped, v)), weights
+        return r("context", products[1](dropped, v)), weights
 
-    def _weights(self, logits, bias, mask, training=None):
-        """Float32 softmax of `logits + bias` over the keys, masked."""
+    def _weights(self, logits, bias, mask, training=None, step=False):
+        """Float32 softmax of `logits + bias` over the keys, masked.
+
+        `step` (one query in a plain graph): the softmax written out, as
+        oneDNN's kernel costs more than its work on one row per head.
+        """
         r = rounder(self.rounding, training)
         logits = tf.cast(logits, tf.float32)
         if bias is not None:
@@ -654,7 +667,11 @@ class RelativeMultiHeadAttention(
         if mask is not None:
             penalty = -ops.MASK_PENALTY if self.quantize else ops.mask_value()
             logits = r("masked", tf.where(mask, logits, penalty))
-        weights = tf.nn.softmax(logits, axis=-1)
+        if step:
+            exp = tf.exp(logits - tf.reduce_max(logits, -1, keepdims=True))
+            weights = exp / tf.reduce_sum(exp, -1, keepdims=True)
+        else:
+            weights = tf.nn.softmax(logits, axis=-1)
         if self.quantize:
             weights = quantization.fake_quant_probabilities(weights)
         return tf.cast(weights, self.compute_dtype)

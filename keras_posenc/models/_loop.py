@@ -12,7 +12,8 @@ greedy and seeded sampling give the NumPy loop's tokens.
 
 import numpy as np
 import tensorflow as tf
-from tensorflow.compiler.tf2xla.python.xla import dynamic_update_slice
+
+from keras_posenc.ops.cache import update_slice
 
 
 def compile_loop(
@@ -147,7 +148,7 @@ def compile_scoring(model, batch_size, length, jit_compile, rolling):
             logits, cache = model.call_with_cache(fed, cache, t, sink_tokens=sink)
             target = tf.gather(tokens, t + 1, axis=1)[:, None]
             column = next_token_log_probs(logits, target)[:, 0]
-            scores = dynamic_update_slice(scores, column[:, None], [0, t])
+            scores = update_slice(scores, column[:, None], t, axis=1)
             cache = [tf.ensure_shape(c, shape) for c, shape in zip(cache, shapes)]
             return t + 1, scores, cache
 
@@ -171,7 +172,7 @@ def compile_scoring(model, batch_size, length, jit_compile, rolling):
 
 def _write_column(tokens, column, index):
     """`tokens (B, S)` with `column (B,)` written at position `index`."""
-    return dynamic_update_slice(tokens, column[:, None], [0, index])
+    return update_slice(tokens, column[:, None], index, axis=1)
 
 
 def uniforms(seed, rows, count):

@@ -120,6 +120,20 @@ def head_logits(q, k):
     return tf.matmul(swap_heads(q), swap_heads(k), transpose_b=True)
 
 
+def step_logits(q, k):
+    """`head_logits` of one query `(B, 1, N, H)` over keys `(B, S, N, H)`.
+
+    A decoding step's form in a plain graph: a product and a sum over `H`
+    on the keys' own layout, then a transpose of the small `(B, S, N)`
+    logits. The batched matmul would first transpose every cached key
+    (B, S, N, H) -> (B, N, S, H), at each step. Float32 sums, as the
+    matmul accumulates.
+    """
+    products = tf.cast(q, tf.float32) * tf.cast(k, tf.float32)  # (B, S, N, H)
+    logits = tf.transpose(tf.reduce_sum(products, -1), [0, 2, 1])  # (B, N, S)
+    return tf.cast(tf.expand_dims(logits, 2), q.dtype)  # (B, N, 1, S)
+
+
 def head_context(weights, v):
     """Weights `(B, N, T, S)` times values `(B, S, N, Hv)`: `(B, T, N, Hv)`.
 
@@ -128,6 +142,18 @@ def head_context(weights, v):
     if in_xla():
         return tf.einsum("bnts,bsnh->btnh", weights, v)
     return swap_heads(tf.matmul(weights, swap_heads(v)))
+
+
+def step_context(weights, v):
+    """`head_context` of one query's weights `(B, N, 1, S)`: `(B, 1, N, Hv)`.
+
+    The decoding step's form of `step_logits`: the small weights move to
+    the values' layout, not every cached value.
+    """
+    heads = weights.shape[1]
+    w = tf.transpose(tf.reshape(weights, [-1, heads, dim(v, 1)]), [0, 2, 1])
+    products = tf.cast(w[..., None], tf.float32) * tf.cast(v, tf.float32)
+    return tf.cast(tf.reduce_sum(products, 1, keepdims=True), v.dtype)
 
 
 def in_xla():

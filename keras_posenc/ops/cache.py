@@ -11,6 +11,8 @@ import contextvars
 import tensorflow as tf
 from tensorflow.compiler.tf2xla.python.xla import dynamic_update_slice
 
+from keras_posenc.ops.attention import in_xla
+
 _STATIC = contextvars.ContextVar("keras_posenc_static_decoding", default=False)
 
 
@@ -114,7 +116,7 @@ def update_cache(cache, key, value, index, rounding=None):
     index = tf.cast(index, tf.int32)
     rounding = rounding or (lambda x: x)
     new = rounding(tf.cast(tf.stack([key, value], axis=1), cache.dtype))  # (B,2,T,N,H)
-    cache = dynamic_update_slice(rounding(cache), new, [0, 0, index, 0, 0])
+    cache = update_slice(rounding(cache), new, index, axis=2)
     cache = rounding(cache)
     # Unstacked, not sliced: microcontrollers slice at most 4-D tensors.
     keys, values = tf.unstack(cache, axis=1)  # (B, S_max, N, H) each
@@ -123,8 +125,27 @@ def update_cache(cache, key, value, index, rounding=None):
 
 def write_rows(buffer, rows, index):
     """`buffer (B, S_max, ...)` with `rows (B, T, ...)` written at position `index`."""
-    start = [0, tf.cast(index, tf.int32)] + [0] * (buffer.shape.rank - 2)
-    return dynamic_update_slice(buffer, tf.cast(rows, buffer.dtype), start)
+    return update_slice(buffer, tf.cast(rows, buffer.dtype), index, axis=1)
+
+
+def update_slice(operand, update, index, axis):
+    """`operand` with `update` written from `index` along `axis` (0 elsewhere).
+
+    XLA and exports (`static_decoding()`, which TFLite reads as
+    DYNAMIC_UPDATE_SLICE) take `dynamic_update_slice`. A plain graph takes
+    a scatter of the rows `operand[:, ..., index + t]`: TensorFlow's kernel
+    of XLA's op costs ~55 us a call even on a `(1, 256)` tensor, more than
+    the decoding step's matmuls.
+    """
+    index = tf.cast(index, tf.int32)
+    if _STATIC.get() or in_xla():
+        start = [0] * axis + [index] + [0] * (operand.shape.rank - axis - 1)
+        return dynamic_update_slice(operand, update, start)
+    shape = tf.shape(update)
+    ranges = [tf.range(shape[i]) for i in range(axis + 1)]
+    ranges[axis] += index
+    where = tf.stack(tf.meshgrid(*ranges, indexing="ij"), axis=-1)  # (..., axis+1)
+    return tf.tensor_scatter_nd_update(operand, where, update)
 
 
 def causal_window(state, inputs, index, kernel_size):

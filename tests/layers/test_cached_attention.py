@@ -87,6 +87,24 @@ def test_a_compiled_step_is_traced_once():
     np.testing.assert_allclose(np.concatenate(outputs, 1), full, atol=1e-5)
 
 
+def test_a_graph_step_reads_the_cache_in_place_and_exports_keep_the_matmuls():
+    """One token in a plain graph: no batched matmul (no transposed cache)."""
+    layer = make("t5")
+    x = np.random.normal(size=(2, 6, WIDTH)).astype("float32")
+    full = layer(x, use_causal_mask=True).numpy()
+    step = tf.function(lambda t, c, i: layer(t, cache=c, cache_update_index=i))
+    cache = tf.zeros((2, 2, MAX, HEADS, KEY_DIM))
+    _, cache = layer(x[:, :5], cache=cache, cache_update_index=0)
+    args = (x[:, 5:6], cache, tf.constant(5))
+    types = {op.type for op in step.get_concrete_function(*args).graph.get_operations()}
+    assert "BatchMatMulV2" not in types and "TensorScatterUpdate" in types
+    np.testing.assert_allclose(step(*args)[0], full[:, 5:6], atol=1e-5)
+    with ops.cache.static_decoding():
+        exported = tf.function(lambda t, c, i: layer(t, cache=c, cache_update_index=i))
+        graph = exported.get_concrete_function(*args).graph
+    assert "BatchMatMulV2" in {op.type for op in graph.get_operations()}
+
+
 @pytest.mark.parametrize(
     "kwargs,match",
     [

@@ -176,3 +176,56 @@ def test_head_products_take_each_modes_faster_form_with_one_answer():
         logits, context = step(q, k, w)
         np.testing.assert_allclose(logits, want_logits, atol=1e-5)
         np.testing.assert_allclose(context, want_context, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_a_decoding_steps_products_match_numpy_without_a_matmul(dtype):
+    """One query over a cache: products and sums on the cache's own layout."""
+    q = tf.random.stateless_normal((2, 1, 3, 4), seed=(1, 1))
+    k = tf.random.stateless_normal((2, 7, 3, 4), seed=(1, 2))
+    w = tf.nn.softmax(tf.random.stateless_normal((2, 3, 1, 7), seed=(1, 3)))
+    want_logits = np.einsum("btnh,bsnh->bnts", q, k)
+    want_context = np.einsum("bnts,bsnh->btnh", w, k)
+    q, k, w = (tf.cast(x, dtype) for x in (q, k, w))
+
+    def both(q, k, w):
+        return ops.attention.step_logits(q, k), ops.attention.step_context(w, k)
+
+    step = tf.function(both)
+    types = {
+        op.type for op in step.get_concrete_function(q, k, w).graph.get_operations()
+    }
+    assert not {"BatchMatMulV2", "Einsum"} & types
+    logits, context = step(q, k, w)
+    assert logits.dtype == dtype and context.dtype == dtype
+    atol = 1e-5 if dtype == "float32" else 1e-2
+    np.testing.assert_allclose(logits, want_logits, atol=atol)
+    np.testing.assert_allclose(context, want_context, atol=atol)
+
+
+@pytest.mark.parametrize("jit", [False, True])
+def test_update_slice_writes_rows_as_dynamic_update_slice(jit):
+    """A scatter in a plain graph, XLA's op under XLA: the same tensor."""
+    from tensorflow.compiler.tf2xla.python.xla import dynamic_update_slice
+
+    operand = tf.reshape(tf.range(2 * 2 * 6 * 3, dtype=tf.float32), [2, 2, 6, 3])
+    update = -tf.ones([2, 2, 2, 3])
+
+    def write(index):
+        return ops.cache.update_slice(operand, update, index, axis=2)
+
+    fn = tf.function(write, jit_compile=jit)
+    types = {
+        op.type
+        for op in fn.get_concrete_function(tf.constant(3)).graph.get_operations()
+    }
+    assert ("TensorScatterUpdate" in types) != jit
+    want = operand.numpy().copy()
+    want[:, :, 3:5] = -1
+    np.testing.assert_array_equal(fn(tf.constant(3)), want)
+    np.testing.assert_array_equal(
+        fn(tf.constant(3)), dynamic_update_slice(operand, update, [0, 0, 3, 0])
+    )
+    with ops.cache.static_decoding():  # exports keep DYNAMIC_UPDATE_SLICE
+        graph = tf.function(write).get_concrete_function(tf.constant(3)).graph
+    assert "XlaDynamicUpdateSlice" in {op.type for op in graph.get_operations()}
