@@ -5,7 +5,7 @@ import tensorflow as tf
 from keras_posenc.ops.attention import in_xla
 
 #: Elements per head of the largest block of rows whose diagonals the
-#: gradient of `toeplitz` sums at once: its skew copies about twice that.
+#: gradient of `toeplitz` sums at once: its skew copies twice that.
 TOEPLITZ_BLOCK = 2**20
 
 
@@ -15,9 +15,9 @@ def toeplitz(row, query_length, key_length):
 
     Expands a bias on the distinct distances to the query-key grid: the
     forward gathers whole `(N,)` columns. In a plain graph the backward sums
-    each diagonal of the upstream gradient with a skew (each row padded by
-    `T - 1` in front, so that a reshape one wider turns diagonals into
-    columns) and one reduction, instead of a gather's scatter: 2.6x faster
+    each diagonal of the upstream gradient with a skew (rows reversed, each
+    padded by T, so that a reshape turns diagonals into columns) and one
+    reduction, instead of a gather's scatter: 2.6x faster
     forward+backward at T=2048. Under XLA, whose scatter is fast, the
     gather keeps its own gradient (`benchmarks/results/profile_attention.md`).
     With static lengths, the skew runs on blocks of at most `TOEPLITZ_BLOCK`
@@ -52,14 +52,8 @@ def toeplitz(row, query_length, key_length):
 
 
 def _diagonal_sums(upstream, t, s):
-    """`(N, T, S)` -> `(N, T + S - 1)`: the sum of each diagonal `j - i`.
-
-    Row `i`, padded by `T - 1` in front to `S + T - 1` and laid out again
-    `S + T` wide, starts `i` places further left: `(i, j)` lands in column
-    `T - 1 + j - i`. Two pads and one reduction (no reversal, no slice).
-    """
+    """`(N, T, S)` -> `(N, T + S - 1)`: the sum of each diagonal `j - i`."""
     heads = tf.shape(upstream)[0]
-    shifted = tf.pad(upstream, [[0, 0], [0, 0], [t - 1, 0]])  # (N, T, S + T - 1)
-    flat = tf.pad(tf.reshape(shifted, [heads, -1]), [[0, 0], [0, t]])
-    sums = tf.reduce_sum(tf.reshape(flat, [heads, t, s + t]), axis=1)
-    return sums[:, : s + t - 1]
+    skewed = tf.pad(tf.reverse(upstream, [1]), [[0, 0], [0, 0], [0, t]])
+    skewed = tf.reshape(skewed, [heads, -1])[:, : t * (s + t - 1)]
+    return tf.reduce_sum(tf.reshape(skewed, [heads, t, s + t - 1]), axis=1)
