@@ -84,8 +84,7 @@ class CachedDecoding:
                 key_positions=ops.position_range(max_length),
                 length=current,
             )
-        step = not ops.cache.is_static()  # exports keep the batched matmuls
-        context, _ = self._heads_attention(q, keys, values, bias, mask, step=step)
+        context, _ = self._heads_attention(q, keys, values, bias, mask, step=True)
         return self._merge(context), cache
 
     def _check_rolling(self, cache, sink_tokens):
@@ -172,8 +171,7 @@ class CachedDecoding:
                 max_length=slots,
                 rows=(q_pos, k_pos),
             )
-        step = not ops.cache.is_static()  # exports keep the batched matmuls
-        context, _ = self._heads_attention(q, keys, values, bias, mask, step=step)
+        context, _ = self._heads_attention(q, keys, values, bias, mask, step=True)
         return self._merge(context), cache
 
     def _turned_logits(self, q, keys, where, current=None, k_pos=None, slots=None):

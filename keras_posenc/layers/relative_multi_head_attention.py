@@ -628,8 +628,9 @@ class RelativeMultiHeadAttention(
 
         `head_logits` / `head_context` on the projections' own layout unless a
         subclass overrides `compute_attention`, which then gets heads-first
-        `(B, N, T, H)`. `step`: one query over a cache, in a plain graph
-        outside an export (`step_logits` / `step_context`).
+        `(B, N, T, H)`. `step`: attention over a cache; one query in a
+        plain graph outside an export (`ops.cache.static_decoding()`) then
+        takes `step_logits` / `step_context` (exports keep the matmuls).
         """
         if (
             type(self).compute_attention
@@ -641,7 +642,12 @@ class RelativeMultiHeadAttention(
             )
             return swap(context), weights
         r = rounder(self.rounding, training)
-        step = step and q.shape[1] == 1 and not ops.attention.in_xla()
+        step = (
+            step
+            and q.shape[1] == 1
+            and not ops.attention.in_xla()
+            and not ops.cache.is_static()
+        )
         products = (
             (ops.attention.step_logits, ops.attention.step_context)
             if step

@@ -87,7 +87,7 @@ def test_a_compiled_step_is_traced_once():
     np.testing.assert_allclose(np.concatenate(outputs, 1), full, atol=1e-5)
 
 
-def test_a_graph_step_reads_the_cache_in_place_and_exports_keep_the_matmuls():
+def test_a_graph_step_has_no_batched_matmul_and_exports_keep_them():
     """One token in a plain graph: no batched matmul (no transposed cache)."""
     layer = make("t5")
     x = np.random.normal(size=(2, 6, WIDTH)).astype("float32")
