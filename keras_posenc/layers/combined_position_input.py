@@ -1,8 +1,13 @@
 """Joint position-content input: concatenate positions to the embeddings."""
 
+import functools
+
 import tensorflow as tf
 
-from keras_posenc._compat import keras, register
+from keras_posenc import _checks
+from keras_posenc._compat import build_sublayer, keras, register
+from keras_posenc.layers.activation_range import ActivationRange
+from keras_posenc.ops import quantization
 
 
 @register
@@ -15,9 +20,18 @@ class CombinedPositionInput(keras.layers.Layer):
     projections then mix content and position. The Keras mask of the words
     passes through.
 
+    With `quantize=True` the joined tensor is rounded on one range learned in
+    training (quantization-aware training): the int8 model rescales both
+    parts to it, which the rounding models.
+
+    Args:
+        quantize: bool, round the output on a learned int8 range.
+            Defaults to `False`.
+
     Call arguments:
         word_embeddings: tensor `(B, T, D)`.
         pos_embeddings: tensor `(B, T, P)` or `(1, T, P)`.
+        training: bool, whether the batch updates the range (`quantize`).
 
     Returns:
         A `(B, T, D + P)` tensor.
@@ -34,18 +48,47 @@ class CombinedPositionInput(keras.layers.Layer):
         - [Ke et al., 2020 (TUPE)](https://arxiv.org/abs/2006.15595)
     """
 
-    def __init__(self, **kwargs):
+    def __init__(self, quantize=False, **kwargs):
+        quantize = _checks.boolean("quantize", quantize)
         super().__init__(**kwargs)
+        self.quantize = quantize
         self.supports_masking = True
+        self.output_range = None
+        if quantize:
+            self.output_range = ActivationRange(
+                name="output_range", dtype=self.dtype_policy
+            )
 
-    def call(self, word_embeddings, pos_embeddings):
+    def build(self, word_embeddings_shape, pos_embeddings_shape=None):
+        if self.output_range is not None:
+            build_sublayer(self.output_range, (None,))
+        self.built = True
+
+    def call(self, word_embeddings, pos_embeddings, training=None):
         pos_embeddings = tf.convert_to_tensor(pos_embeddings)  # Keras 2 passes numpy
         self._check_shapes(word_embeddings.shape, pos_embeddings.shape)
         pos = tf.cast(pos_embeddings, word_embeddings.dtype)
         if pos.shape[0] == 1 and word_embeddings.shape[0] != 1:
             batch = tf.shape(word_embeddings)[:1]
             pos = tf.broadcast_to(pos, tf.concat([batch, tf.shape(pos)[1:]], 0))
-        return tf.concat([word_embeddings, pos], axis=-1)  # (B, T, D + P)
+        if self.output_range is None:
+            return tf.concat([word_embeddings, pos], axis=-1)  # (B, T, D + P)
+        # The range learns from the joined tensor; the int8 model computes it
+        # as each part placed by a product with a slice of the identity
+        # (exact on the int8 grid), rounded on the output's range, and their
+        # sum: FULLY_CONNECTED and ADD rescale to the output's range, where a
+        # CONCATENATION (or PAD) holds its operands to one scale and the
+        # converter refuses the words' when it equals the output's.
+        joined = tf.concat([word_embeddings, pos], axis=-1)  # (B, T, D + P)
+        if training:
+            self.output_range(joined, training=True)
+        words_width = word_embeddings.shape[-1]
+        place = tf.eye(joined.shape[-1], dtype=tf.float32)
+        place = tf.cast(quantization.fake_quant_weight(place), joined.dtype)
+        words = tf.tensordot(word_embeddings, place[:words_width], [[2], [0]])
+        pos = tf.tensordot(pos, place[words_width:], [[2], [0]])
+        rounded = functools.partial(self.output_range, training=False)  # learned
+        return rounded(rounded(words) + rounded(pos))
 
     def compute_output_shape(self, word_embeddings_shape, pos_embeddings_shape=None):
         width = None
@@ -56,6 +99,11 @@ class CombinedPositionInput(keras.layers.Layer):
 
     def compute_mask(self, inputs, mask=None):
         return mask
+
+    def get_config(self):
+        config = super().get_config()
+        config.update({"quantize": self.quantize})
+        return config
 
     @staticmethod
     def _check_shapes(word_shape, pos_shape):

@@ -5,7 +5,10 @@ import tensorflow as tf
 from keras_posenc import _checks, ops
 from keras_posenc._compat import build_sublayer, incoming_mask, keras, register
 from keras_posenc._compat import dim as axis_size
+from keras_posenc.layers.activation_range import ActivationRange
+from keras_posenc.layers.quantized_dense import QuantizedDense
 from keras_posenc.layers.segment_positions import check_segment_ids
+from keras_posenc.ops import quantization
 
 FEATURES = ("sinusoid", "conv")
 #: The layers of one generator, in call order, for each `position_features`.
@@ -13,6 +16,11 @@ GENERATOR_PARTS = {
     "sinusoid": ("hidden", "output"),
     "conv": ("conv", "hidden", "output"),
 }
+#: With `quantize`: the tensors each generator rounds besides its Dense
+#: outputs (the content half of the first layer and the folded position
+#: half, or the convolution's output); each layer also rounds its sum
+#: `x + pos_info`.
+GENERATOR_POINTS = {"sinusoid": ("content", "positions"), "conv": ("conv",)}
 
 
 @register
@@ -41,6 +49,17 @@ class HierarchicalPositionNetwork(keras.layers.Layer):
     `position_l2` adds `position_l2 * mean(pos_info^2)` to the model losses
     and `dropout` drops generated positions during training.
 
+    With `quantize=True` every tensor a full-int8 TFLite model rounds is
+    rounded on a range learned in training (quantization-aware training,
+    `tflite_export.quantize_aware`): the Dense kernels and outputs, the
+    convolution's kernel and output, and the sum (the inputs are rounded
+    where they are made). The sinusoid
+    features' first layer is computed as the int8 model computes it, in two
+    halves: `x W1[:D]` (rounded) plus `sin/cos(index) W1[D:] + b1`, a
+    function of the positions alone that the converter folds into one int8
+    table (rounded on its learned range); so no concatenation rescales the
+    content to the sinusoids' range.
+
     Args:
         dim: int, the model width D of inputs and outputs.
         depth: int, the number of layers served.
@@ -56,6 +75,8 @@ class HierarchicalPositionNetwork(keras.layers.Layer):
         max_wavelength: float, of the sinusoid features. Defaults to `10000.0`.
         causal: bool, `"conv"` features read no later token. Defaults to
             `False` (a centred window).
+        quantize: bool, round as the int8 model does (see above).
+            Defaults to `False`.
 
     Call arguments:
         inputs: tensor `(B, T, D)`, the previous layer's output.
@@ -74,7 +95,18 @@ class HierarchicalPositionNetwork(keras.layers.Layer):
             (`keras_posenc.ops.segments`): the sinusoid features read
             positions that restart at 0 in each document and the `"conv"`
             features read a neighbour of another document as zero, so each
-            document gets the positions it gets alone. Not with `state`.
+            document gets the positions it gets alone. Not with `state` nor
+            `quantize`.
+        max_length: optional int, the cache's length S_max when decoding:
+            inside an export (`keras_posenc.ops.cache.static_decoding`) the
+            sinusoid features of positions `start_index ...` are then rows
+            of a constant table of S_max positions (no SIN or COS at run
+            time).
+        state_range: with `quantize` and `state`, the `ActivationRange` of
+            the layer that made `inputs` (e.g. `LayerNorm.output_range`):
+            the state keeps the inputs on their own int8 range. (A range of
+            its own, learned from the same tensor, would differ by a hair,
+            and the converter refuses two near-equal ranges on one tensor.)
 
     Returns:
         `inputs + pos_info`, a `(B, T, D)` tensor; with `state`, also the
@@ -106,6 +138,7 @@ class HierarchicalPositionNetwork(keras.layers.Layer):
         dropout=0.0,
         max_wavelength=10000.0,
         causal=False,
+        quantize=False,
         **kwargs,
     ):
         dim = _checks.positive_int("dim", dim)
@@ -125,8 +158,10 @@ class HierarchicalPositionNetwork(keras.layers.Layer):
         dropout = _checks.rate("dropout", dropout)
         max_wavelength = _checks.positive_float("max_wavelength", max_wavelength)
         causal = _checks.boolean("causal", causal)
+        quantize = _checks.boolean("quantize", quantize)
         super().__init__(**kwargs)
         self.causal = causal
+        self.quantize = quantize
         self.dim = dim
         self.depth = depth
         self.num_generators = num_generators
@@ -167,15 +202,23 @@ class HierarchicalPositionNetwork(keras.layers.Layer):
                 )
                 build_sublayer(conv, (input_shape[0], None, input_shape[-1]))
                 layers.append(conv)
-            hidden_layer = keras.layers.Dense(
+            dense = QuantizedDense if self.quantize else keras.layers.Dense
+            hidden_layer = dense(
                 hidden, "relu", dtype=self.dtype_policy, name=f"hidden_{g}"
             )
             build_sublayer(hidden_layer, batch_time + (features,))
-            output = keras.layers.Dense(
-                self.dim, dtype=self.dtype_policy, name=f"output_{g}"
-            )
+            output = dense(self.dim, dtype=self.dtype_policy, name=f"output_{g}")
             build_sublayer(output, batch_time + (hidden,))
             self.generator_layers.extend(layers + [hidden_layer, output])
+        # With quantize: flat lists of rounding points (generator g's, then
+        # layer l's, in the order of GENERATOR_POINTS and LAYER_POINTS).
+        self.generator_ranges, self.layer_ranges = [], []
+        if self.quantize:
+            for g in range(self.num_generators or self.depth):
+                for point in GENERATOR_POINTS[self.position_features]:
+                    self.generator_ranges.append(self._range(f"{point}_range_{g}"))
+            for index in range(self.depth):
+                self.layer_ranges.append(self._range(f"sum_range_{index}"))
         self.built = True
 
     def call(
@@ -187,10 +230,20 @@ class HierarchicalPositionNetwork(keras.layers.Layer):
         state=None,
         mask=None,
         segment_ids=None,
+        max_length=None,
+        state_range=None,
     ):
         generator = self.generator(self.generator_index(layer_idx))
+        rounding = self._rounding(layer_idx, training)
         mask = incoming_mask(inputs, mask)  # Keras 3 passes none beside segment_ids
         if segment_ids is not None:
+            if self.quantize:
+                _checks.fail(
+                    "segment_ids",
+                    "None for a layer with quantize=True (a packed row's "
+                    "per-document convolution and positions are not rounded)",
+                    "a segment_ids tensor",
+                )
             segment_ids = tf.convert_to_tensor(segment_ids)
             check_segment_ids(segment_ids)
             if state is not None:
@@ -199,12 +252,11 @@ class HierarchicalPositionNetwork(keras.layers.Layer):
                     "None with `segment_ids` (decoding runs one document per row)",
                     "a state tensor",
                 )
+        inputs_read = inputs
         if mask is not None and self.position_features == "conv":
             # Padded neighbours read as zeros, as past the end of a shorter input.
             real = tf.cast(mask, bool)[:, :, None]
-            inputs_read = tf.where(real, inputs, tf.zeros_like(inputs))
-        else:
-            inputs_read = inputs
+            inputs_read = tf.where(real, inputs_read, tf.zeros_like(inputs_read))
         features = inputs_read
         if state is not None and not (self.causal and self.position_features == "conv"):
             raise ValueError(
@@ -221,27 +273,43 @@ class HierarchicalPositionNetwork(keras.layers.Layer):
                 padding = [[0, 0], [self.kernel_size - 1, 0], [0, 0]]
                 features = tf.pad(inputs_read, padding)
             else:
+                cached = self._state_rounding(state_range)
                 features, state = ops.cache.causal_window(
-                    state, inputs_read, start_index, self.kernel_size
+                    state, inputs_read, start_index, self.kernel_size, cached
                 )
+        parts = GENERATOR_PARTS[self.position_features]
         if self.position_features == "sinusoid":
-            positions = ops.position_range(axis_size(inputs, 1), start_index)  # (T,)
-            if segment_ids is not None:  # (B, T): from 0 in every document
-                positions = tf.cast(ops.segments.positions(segment_ids), tf.float32)
-            table = ops.sinusoid(positions, self.dim, self.max_wavelength)  # (T, D)
-            table = tf.broadcast_to(tf.cast(table, inputs.dtype), tf.shape(inputs))
-            features = tf.concat([inputs, table], axis=-1)  # (B, T, 2D)
-        for part in GENERATOR_PARTS[self.position_features]:
+            encode = self._sinusoids(segment_ids)
+            length = axis_size(inputs, 1)
+            if self.quantize:  # round(x W1[:D]) + round(sin/cos W1[D:] + b1)
+                hidden = generator["hidden"]
+                features = self._split_hidden(
+                    hidden, inputs, encode, (start_index, max_length), rounding
+                )
+                features = hidden.output_range(features, training=training)
+                parts = ("output",)
+            else:
+                table = self._rows(encode, start_index, length, max_length)
+                table = tf.broadcast_to(tf.cast(table, inputs.dtype), tf.shape(inputs))
+                features = tf.concat([inputs, table], axis=-1)  # (B, T, 2D)
+        for part in parts:
             if part == "conv" and segment_ids is not None:
                 continue  # done tap by tap above
-            features = generator[part](features)
+            if part == "conv" and self.quantize:
+                features = self._rounded_conv(generator[part], features)
+                features = rounding("conv", features)
+            elif self.quantize:  # QuantizedDense: its output range learns
+                features = generator[part](features, training=training)
+            else:
+                features = generator[part](features)
         pos_info = self._dropout_layer(features, training=training)  # (B, T, D)
         if self.position_l2:
             squared = tf.square(tf.cast(pos_info, tf.float32))
             self.add_loss(self.position_l2 * tf.reduce_mean(squared))
+        outputs = rounding("sum", inputs + pos_info)
         if state is not None:
-            return inputs + pos_info, state
-        return inputs + pos_info
+            return outputs, state
+        return outputs
 
     def compute_output_shape(self, input_shape):
         return tuple(input_shape)
@@ -260,9 +328,96 @@ class HierarchicalPositionNetwork(keras.layers.Layer):
                 "dropout": self.dropout,
                 "max_wavelength": self.max_wavelength,
                 "causal": self.causal,
+                "quantize": self.quantize,
             }
         )
         return config
+
+    def _range(self, name):
+        point = ActivationRange(name=name, dtype=self.dtype_policy)
+        build_sublayer(point, (None,))
+        return point
+
+    def _rounding(self, layer_idx, training):
+        """`round(point, x)` on the ranges of layer `layer_idx` and its generator."""
+        if not self.quantize:
+            return lambda point, x: x
+        generator_points = GENERATOR_POINTS[self.position_features]
+        g = self.generator_index(layer_idx)
+        points = {
+            point: self.generator_ranges[g * len(generator_points) + i]
+            for i, point in enumerate(generator_points)
+        }
+        points["sum"] = self.layer_ranges[layer_idx]
+        return lambda point, x: points[point](x, training=training)
+
+    def _state_rounding(self, state_range):
+        """`round(x)` of the cached inputs on their maker's range (quantize)."""
+        if not self.quantize:
+            return None
+        if not isinstance(state_range, ActivationRange):
+            _checks.fail(
+                "state_range",
+                "the ActivationRange of the layer that made `inputs` (a "
+                "quantized layer's cached inputs keep its int8 range)",
+                state_range,
+                error=TypeError,
+            )
+        return lambda x: state_range(x, training=False)
+
+    def _sinusoids(self, segment_ids):
+        """`encode(start, count)`: sinusoid features `(T, D)` (packed: `(B, T, D)`)."""
+        if segment_ids is not None:  # (B, T): from 0 in every document
+            positions = tf.cast(ops.segments.positions(segment_ids), tf.float32)
+            table = ops.sinusoid(positions, self.dim, self.max_wavelength)
+            return lambda start, count: table
+        return lambda start, count: ops.sinusoid(
+            ops.position_range(count, start), self.dim, self.max_wavelength
+        )
+
+    @staticmethod
+    def _rows(encode, start_index, length, max_length):
+        """`encode` at `start_index ...`: a constant's rows inside an export."""
+        if max_length is None:
+            return encode(start_index, length)
+        return ops.cache.position_rows(encode, start_index, length, max_length)
+
+    def _split_hidden(self, hidden, inputs, encode, where, rounding):
+        """The first layer's pre-activation, then ReLU, as int8 computes it.
+
+        `round(x W1[:D]) + round(sin/cos W1[D:] + b1)`: the second half reads
+        the positions alone, so the converter folds it into one int8 constant
+        (its rows at `where = (start_index, max_length)` when decoding).
+        """
+        kernel = hidden.kernel  # (2D, hidden)
+        content_kernel = quantization.fake_quant_weight(kernel[: self.dim])
+        content = tf.tensordot(
+            inputs, tf.cast(content_kernel, inputs.dtype), [[2], [0]]
+        )  # (B, T, hidden)
+        content = rounding("content", content)
+
+        def position_half(start, count):  # (T, hidden) float32
+            weight = tf.cast(kernel[self.dim :], tf.float32)
+            return tf.matmul(encode(start, count), weight) + tf.cast(
+                hidden.bias, tf.float32
+            )
+
+        start_index, max_length = where
+        half = self._rows(position_half, start_index, axis_size(inputs, 1), max_length)
+        half = tf.cast(rounding("positions", half), inputs.dtype)
+        return tf.nn.relu(content + half)
+
+    def _rounded_conv(self, conv, features):
+        """`conv(features)` with its kernel on the int8 grid (per tensor)."""
+        kernel, *bias = conv.weights  # (k, D, 1), (D,)
+        kernel = tf.cast(quantization.fake_quant_weight(kernel), features.dtype)
+        padding = "VALID" if self.causal else "SAME"  # causal: padded already
+        output = tf.nn.depthwise_conv2d(
+            features[:, None], kernel[None], [1, 1, 1, 1], padding
+        )  # (B, 1, T, D)
+        if bias:  # added before the slice: the converter fuses it into the conv
+            output += tf.cast(bias[0], output.dtype)
+        return output[:, 0]  # (B, T, D)
 
     def _segment_conv(self, conv, inputs, runs):
         """`conv` of `inputs` `(B, T, D)` tap by tap, blind to other runs."""

@@ -109,3 +109,8 @@ class LayerNorm(keras.layers.Layer):
         config = super().get_config()
         config.update({"epsilon": self.epsilon, "quantize": self.quantize})
         return config
+
+    @property
+    def output_range(self):
+        """The `ActivationRange` of the output (`quantize=True`), else None."""
+        return self.rounding.get("output")

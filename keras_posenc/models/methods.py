@@ -333,17 +333,11 @@ SHARED_BIAS_METHODS = tuple(name for name, method in METHODS.items() if method.b
 def rounding_modelled(method):
     """Whether every layer of `method` models its int8 rounding (QAT).
 
-    No position generator, forgetting gates, contextual positions or
-    combined inputs yet: their rounding is not modelled (every absolute
-    input's is, and RoPE's and xPos' products in
-    `RelativeMultiHeadAttention(quantize=True)`).
+    All but the forgetting gate and contextual positions, whose cumulative
+    sums, logarithms and floors have no int8 kernels (they export at
+    float32 only).
     """
-    return (
-        method.generator is None
-        and not method.combined_input
-        and not method.forgetting_gate
-        and not method.contextual
-    )
+    return not method.forgetting_gate and not method.contextual
 
 
 #: The methods whose every layer models its int8 rounding (`quantize=True`).

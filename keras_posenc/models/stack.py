@@ -146,7 +146,7 @@ class TransformerStack:
                 SinusoidalPositionEncoding(
                     name="combined_positions", **parts["sinusoid"]
                 ),
-                CombinedPositionInput(name="combined_input"),
+                CombinedPositionInput(name="combined_input", quantize=quantize),
             )
         rounding = {"quantize": True} if quantize else {}
         self.embedding_norm = LayerNorm(name="embedding_norm", **rounding)
@@ -158,6 +158,7 @@ class TransformerStack:
                 layers - self.first,
                 position_features=method.generator,
                 causal=causal,
+                quantize=quantize,
                 name="position_network",
                 **parts["generator"],
             )
@@ -314,13 +315,23 @@ class TransformerStack:
         for i, block in enumerate(self.blocks):
             if self.hpn is not None and i >= self.first:
                 if decoding and self.conv_state(i):
+                    maker = self.ffn[i - 1][3] if i else self.embedding_norm
                     x, state = self.hpn(
-                        x, i - self.first, state=next(slots), start_index=index
+                        x,
+                        i - self.first,
+                        state=next(slots),
+                        start_index=index,
+                        **({"state_range": maker.output_range} if self.sums else {}),
                     )
                     updated.append(state)
                 else:
                     x = self.hpn(
-                        x, i - self.first, training=training, **where, **packed
+                        x,
+                        i - self.first,
+                        training=training,
+                        **where,
+                        **packed,
+                        **self._cache_length(cache),
                     )
             if self.method.recursive:
                 if decoding:
@@ -369,6 +380,13 @@ class TransformerStack:
             fed = dropout(output(hidden(x)), training=training)
             x = norm(add(f"ffn_sum_{i}", x, fed))
         return (x, updated) if decoding else x
+
+    @staticmethod
+    def _cache_length(cache):
+        """`{"max_length": S_max}` of a decoding cache (`{}` without one)."""
+        if cache is None:
+            return {}
+        return {"max_length": next(c.shape[2] for c in cache if c.shape.rank == 5)}
 
     def _encode_input(self, x, start_index=0, positions=None, segment_ids=None):
         """The absolute encoding added to the embeddings `x`.

@@ -148,19 +148,25 @@ def update_slice(operand, update, index, axis):
     return tf.tensor_scatter_nd_update(operand, where, update)
 
 
-def causal_window(state, inputs, index, kernel_size):
+def causal_window(state, inputs, index, kernel_size, rounding=None):
     """Inputs at `index - kernel_size + 1 ...` for a causal convolution, and the state.
 
     `state (B, S_max, D)` holds the inputs by position; `inputs (B, T, D)` are
     written at `index`, and the window `(B, T + kernel_size - 1, D)` reads
-    zeros before position 0. Returns `(window, updated state)`.
+    zeros before position 0. `rounding(x)`, when given, puts the old state,
+    the inputs and the updated state on the int8 state's grid, as
+    `update_cache` does. Returns `(window, updated state)`.
     """
-    state = write_rows(state, inputs, index)
+    rounded = rounding or (lambda x: x)
+    state = rounded(write_rows(rounded(state), rounded(inputs), index))
     first = tf.cast(index, tf.int32) - (kernel_size - 1)
     where = tf.range(tf.shape(inputs)[1] + kernel_size - 1) + first
     window = tf.gather(state, tf.maximum(where, 0), axis=1)
-    seen = tf.cast(where >= 0, window.dtype)[None, :, None]
-    return window * seen, state
+    seen = (where >= 0)[None, :, None]
+    if rounding is not None:  # a select keeps the state's int8 range
+        return tf.where(seen, window, tf.zeros((), window.dtype)), state
+    # A product by 0 or 1: calibrated int8 exports quantize it (not a select).
+    return window * tf.cast(seen, window.dtype), state
 
 
 def cache_mask(index, query_length, max_length, window=None):

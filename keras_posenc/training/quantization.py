@@ -16,7 +16,11 @@ import tensorflow as tf
 from keras_posenc._compat import keras
 from keras_posenc.layers._rope_checks import rotary_rounding_problems
 from keras_posenc.layers.activation_range import ActivationRange
+from keras_posenc.layers.combined_position_input import CombinedPositionInput
 from keras_posenc.layers.gated_position_fusion import GatedPositionFusion
+from keras_posenc.layers.hierarchical_position_network import (
+    HierarchicalPositionNetwork,
+)
 from keras_posenc.layers.layer_norm import LayerNorm
 from keras_posenc.layers.learned_position_embedding import LearnedPositionEmbedding
 from keras_posenc.layers.mean_pooling import MeanPooling
@@ -36,7 +40,9 @@ from keras_posenc.utils import nested_layers
 
 #: Package layers rebuilt with `quantize=True`.
 ROUNDING_LAYERS = (
+    CombinedPositionInput,
     GatedPositionFusion,
+    HierarchicalPositionNetwork,
     LayerNorm,
     LearnedPositionEmbedding,
     MeanPooling,
@@ -60,6 +66,7 @@ def quantize_model(model):
             caches rounded too), or a functional `keras.Model`
             built from `TokenEmbedding`, `SinusoidalPositionEncoding`,
             `LearnedPositionEmbedding`, `GatedPositionFusion` (no mask),
+            `CombinedPositionInput`, `HierarchicalPositionNetwork`,
             `RecursivePositionUpdate`,
             `RelativeMultiHeadAttention` (dense or
             block-local; RoPE of 1-D positions on every feature, or none),
@@ -85,7 +92,8 @@ def quantize_model(model):
         raise ValueError(
             "`model` must be built from layers whose int8 rounding is modelled "
             "(TokenEmbedding, SinusoidalPositionEncoding, LearnedPositionEmbedding, "
-            "GatedPositionFusion, RecursivePositionUpdate, "
+            "GatedPositionFusion, CombinedPositionInput, "
+            "HierarchicalPositionNetwork, RecursivePositionUpdate, "
             "RelativeMultiHeadAttention dense or block-local (not LSH), with RoPE "
             "of 1-D positions or no rotary, "
             "LayerNorm, MeanPooling, Dense, Add, Dropout). "

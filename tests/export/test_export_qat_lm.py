@@ -81,15 +81,20 @@ def test_the_tflm_step_without_data_generates_the_qat_models_tokens(qat_lm):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("position", ["xpos"] if IS_KERAS_3 else ["gated", "recursive"])
+@pytest.mark.parametrize(
+    "position", ["xpos", "hybrid"] if IS_KERAS_3 else ["gated", "recursive", "hpn"]
+)
 def test_newly_covered_methods_generate_the_qat_tokens_in_tflm(position):
     """xPos' key tables round on the bound learned in QAT, gated fusion's
     encoding on its learned range (the device's step gathers rows of the
     same int8 tables), the recursive blocks' two attentions, feed-forward,
-    sums and norm as the encoder's (measured: LiteRT reads the text at
-    0.1945 / 0.3134 / 0.2179 bits per token against the QAT models' 0.1937 /
-    0.3133 / 0.2171). Split between the Keras modes: the same rounding ops
-    in either."""
+    sums and norm as the encoder's, the generators' halves, convolutions
+    and sums (hpn: the position half's rows of one int8 table; hybrid: the
+    convolution's state cached on its input's range). Measured: LiteRT reads
+    the text at 0.1945 / 0.3134 / 0.2179 / 0.1968 / 0.5106 bits per token
+    against the QAT models' 0.1937 / 0.3133 / 0.2171 / 0.1969 / 0.5097
+    (xpos, gated, recursive, hpn, hybrid). Split between the Keras modes:
+    the same rounding ops in either."""
     pytest.importorskip("tflite_micro", reason="needs tflite-micro (TFLM)")
     qat = trained_qat(position)
     model_bytes = tflite_export.convert_causal_lm(

@@ -60,3 +60,24 @@ def test_mismatched_shapes_are_an_error(pos_shape, name):
 def test_wrong_rank_is_an_error():
     with pytest.raises(ValueError, match="must both have rank 3"):
         combined_attention_input(tf.ones((2, 3)), tf.zeros((2, 3)))
+
+
+def test_quantized_it_rounds_both_parts_onto_the_joined_range():
+    """int8 concatenation gives its output one scale: a first training batch
+    sets it to the joined tensor's own range (with 0)."""
+    words = np.random.default_rng(1).normal(size=(2, 3, 4)).astype("float32")
+    pos = np.random.default_rng(2).uniform(-1, 1, size=(1, 3, 2)).astype("float32")
+    layer = CombinedPositionInput(quantize=True)
+    got = layer(words, pos, training=True).numpy()
+    joined = np.concatenate([words, np.broadcast_to(pos, (2, 3, 2))], axis=-1)
+    low, high = min(joined.min(), 0.0), max(joined.max(), 0.0)
+    scale = (high - low) / 255
+    zero = np.round(-low / scale)
+    want = (np.round(joined / scale + zero) - zero) * scale
+    np.testing.assert_allclose(got, want, atol=1e-6)
+    assert np.abs(got - joined).max() > 0  # it rounds
+    np.testing.assert_array_equal(layer(words, pos).numpy(), got)  # range kept
+    copy = CombinedPositionInput.from_config(layer.get_config())
+    assert copy.quantize is True
+    with pytest.raises(TypeError, match="`quantize` must be"):
+        CombinedPositionInput(quantize="yes")

@@ -2,6 +2,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from layer_checks import check_layer
+from oracles import sinusoid_oracle
 
 from keras_posenc import HierarchicalPositionNetwork, RelativeMultiHeadAttention
 
@@ -166,3 +167,85 @@ def test_generators_follow_the_parent_dtype_policy():
     for part, layer in hpn.generator(1).items():
         assert layer.dtype_policy.name == "mixed_float16", part
     assert list(hpn.generator(1)) == ["conv", "hidden", "output"]
+
+
+def fake_quant(x, low, high):
+    """TensorFlow's fake quantization to 256 levels, zero nudged onto the grid."""
+    low, high = min(float(low), 0.0), max(float(high), 0.0)
+    scale = (high - low) / 255
+    zero = np.round(-low / scale)
+    low, high = -zero * scale, (255 - zero) * scale
+    return np.round((np.clip(x, low, high) - low) / scale) * scale + low
+
+
+def on_own_range(x):
+    """A first training batch's rounding: on the tensor's own range (with 0)."""
+    return fake_quant(x, x.min(), x.max())
+
+
+def weight_grid(w):
+    """A kernel on 127 symmetric steps of its largest magnitude."""
+    step = np.abs(w).max() / 127
+    return np.round(w / step) * step
+
+
+def generator_oracle(hpn, x, features):
+    """NumPy: the quantized generator of layer 0, rounded where int8 rounds."""
+    parts = hpn.generator(0)
+    hidden_kernel, hidden_bias = (w.numpy() for w in parts["hidden"].weights[:2])
+    out_kernel, out_bias = (w.numpy() for w in parts["output"].weights[:2])
+    d = x.shape[-1]
+    if features == "sinusoid":
+        table = sinusoid_oracle(np.arange(x.shape[1]), d, 10000.0)  # (T, D)
+        content = on_own_range(x @ weight_grid(hidden_kernel[:d]))
+        half = on_own_range(table @ hidden_kernel[d:] + hidden_bias)
+        hidden = on_own_range(np.maximum(content + half, 0.0))
+    else:
+        kernel, bias = (w.numpy() for w in parts["conv"].weights)  # (k, D, 1), (D,)
+        kernel = weight_grid(kernel)[:, :, 0]
+        padded = np.pad(x, [(0, 0), (1, 1), (0, 0)])  # "same", kernel 3
+        conv = sum(padded[:, t : t + x.shape[1]] * kernel[t] for t in range(3))
+        conv = on_own_range(conv + bias)
+        hidden = conv @ weight_grid(hidden_kernel) + hidden_bias
+        hidden = on_own_range(np.maximum(hidden, 0.0))
+    pos_info = on_own_range(hidden @ weight_grid(out_kernel) + out_bias)
+    return on_own_range(x + pos_info)
+
+
+@pytest.mark.parametrize("features", ["sinusoid", "conv"])
+def test_a_quantized_generator_rounds_where_the_int8_model_rounds(features, tmp_path):
+    """Its first training batch sets every range to that tensor's own: the
+    sinusoid features' first layer in two halves (content, then the folded
+    position table), the convolution on its kernel's int8 grid."""
+    x = np.random.default_rng(3).normal(size=(2, 6, 4)).astype("float32")
+    plain = HierarchicalPositionNetwork(dim=4, depth=2, position_features=features)
+    rounded = HierarchicalPositionNetwork(
+        dim=4, depth=2, position_features=features, quantize=True
+    )
+    plain(x, 0)
+    rounded(x, 0)
+    for source, target in zip(plain.generator_layers, rounded.generator_layers):
+        for value, variable in zip(source.weights, target.weights[:2]):
+            variable.assign(value)
+    got = rounded(x, 0, training=True).numpy()
+    np.testing.assert_allclose(got, generator_oracle(rounded, x, features), atol=1e-5)
+    want = plain(x, 0).numpy()
+    assert 0 < np.abs(got - want).max() < 0.1  # rounded, near the float layer
+    assert rounded.get_config()["quantize"] is True
+    model_input = keras.Input((6, 4))
+    model = keras.Model(model_input, rounded(model_input, 0))
+    model.save(tmp_path / "quantized.keras")  # ranges saved and read back
+    loaded = keras.models.load_model(tmp_path / "quantized.keras")
+    np.testing.assert_array_equal(loaded(x).numpy(), model(x).numpy())
+
+
+def test_a_quantized_generator_refuses_packed_rows_and_a_state_without_its_range():
+    hpn = HierarchicalPositionNetwork(4, 1, quantize=True)
+    x = tf.zeros((1, 3, 4))
+    with pytest.raises(ValueError, match="`segment_ids` must be None for a layer"):
+        hpn(x, 0, segment_ids=tf.ones((1, 3), "int32"))
+    conv = HierarchicalPositionNetwork(
+        4, 1, position_features="conv", causal=True, quantize=True
+    )
+    with pytest.raises(TypeError, match="`state_range` must be the ActivationRange"):
+        conv(x, 0, state=tf.zeros((1, 8, 4)), start_index=0)

@@ -70,7 +70,7 @@ def test_every_tensor_of_the_step_passes_a_rounding_layer():
     assert attentions and all(a.quantize and a.quantize_cache for a in attentions)
 
 
-@pytest.mark.parametrize("kwargs", [{"position": "hpn"}, {"position": "fox"}])
+@pytest.mark.parametrize("kwargs", [{"position": "cope"}, {"position": "fox"}])
 def test_quantize_is_refused_where_rounding_is_not_modelled(kwargs):
     with pytest.raises(ValueError, match="`quantize` must be False unless position"):
         build_causal_lm(VOCAB, hidden_dim=8, num_heads=2, quantize=True, **kwargs)
