@@ -45,6 +45,7 @@ BENCHMARKS = {
     "qat": qat,  # both parts; each alone:
     "qat_digits": SimpleNamespace(run=qat.run_digits),
     "qat_lm": SimpleNamespace(run=qat.run_lm),
+    "qat_generators": SimpleNamespace(run=qat.run_generators),
 }
 
 
