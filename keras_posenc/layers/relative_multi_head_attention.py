@@ -671,7 +671,10 @@ class RelativeMultiHeadAttention(
         if bias is not None:
             logits = r("biased", logits + r("bias", bias))
         if mask is not None:
-            penalty = -ops.MASK_PENALTY if self.quantize else ops.mask_value()
+            if self.quantize:  # a constant: the masked logits keep one range
+                penalty = -ops.MASK_PENALTY
+            else:
+                penalty = ops.attention.masked_logit(logits)
             logits = r("masked", tf.where(mask, logits, penalty))
         if step:
             exp = tf.exp(logits - tf.reduce_max(logits, -1, keepdims=True))

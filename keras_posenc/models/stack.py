@@ -415,7 +415,7 @@ class TransformerStack:
             return encode(x, positions=positions, **packed)
         if cache is None:
             return encode(x)
-        max_length = next(c.shape[2] for c in cache if c.shape.rank == 5)
+        max_length = self._cache_length(cache)["max_length"]
 
         def at(start, count):  # (1, count, D): the encodings ignore content
             return encode(tf.zeros((1, count, x.shape[-1]), x.dtype), start_index=start)
@@ -433,7 +433,7 @@ class TransformerStack:
             return self.shared_bias(x, positions=positions, key_positions=positions)
         if cache is None:
             return self.shared_bias(x)  # (1, N, T, T)
-        max_length = next(c.shape[2] for c in cache if c.shape.rank == 5)
+        max_length = self._cache_length(cache)["max_length"]
         keys = tf.zeros((1, max_length, 1), x.dtype)  # only its length is read
         return ops.cache.cached_bias(self.shared_bias, x, keys, index)
 

@@ -38,6 +38,20 @@ def mask_value():
     return -MASK_PENALTY if _BOUNDED.get() else FLOAT_MASK_VALUE
 
 
+def masked_logit(logits):
+    """What the masked entries of float32 `logits (..., S)` become now.
+
+    `FLOAT_MASK_VALUE`; inside `bounded_masking()`, `MASK_PENALTY` below each
+    row's smallest logit, `(..., 1)`: a masked key then gets at most e^-30 of
+    the weight of any real key, however negative the real logits are (a
+    fixed -30 gave the empty slots of a decoding step's cache real weight
+    when every real logit was below it).
+    """
+    if not _BOUNDED.get():
+        return FLOAT_MASK_VALUE
+    return tf.reduce_min(logits, axis=-1, keepdims=True) - MASK_PENALTY
+
+
 def causal_mask(query_length, key_length):
     """Boolean `(T, S)` mask, True where key `j <= i` (Keras' `tril` convention).
 
