@@ -20,6 +20,9 @@ FLOAT_MASK_VALUE = -1e9
 #: (docs/edge.md). A masked key then gets e^-30 ~ 1e-13 of the weight of a real
 #: key whose logit is 0.
 MASK_PENALTY = 30.0
+#: ... or MASK_GAP below the row's smallest logit, where that is lower
+#: (`masked_logit`): e^-16 ~ 1e-7.
+MASK_GAP = 16.0
 _BOUNDED = contextvars.ContextVar("keras_posenc_bounded_masking", default=False)
 
 
@@ -41,15 +44,17 @@ def mask_value():
 def masked_logit(logits):
     """What the masked entries of float32 `logits (..., S)` become now.
 
-    `FLOAT_MASK_VALUE`; inside `bounded_masking()`, `MASK_PENALTY` below each
-    row's smallest logit, `(..., 1)`: a masked key then gets at most e^-30 of
-    the weight of any real key, however negative the real logits are (a
-    fixed -30 gave the empty slots of a decoding step's cache real weight
-    when every real logit was below it).
+    `FLOAT_MASK_VALUE`; inside `bounded_masking()`, `-MASK_PENALTY`, or
+    `MASK_GAP` below the row's smallest logit where that is lower, `(..., 1)`:
+    a masked key then gets at most e^-16 of the weight of any real key,
+    however negative the real logits are (a fixed -30 gave the empty slots
+    of a decoding step's cache the weight of rows whose real logits all lay
+    below it), and rows of ordinary logits keep the -30 and its int8 range.
     """
     if not _BOUNDED.get():
         return FLOAT_MASK_VALUE
-    return tf.reduce_min(logits, axis=-1, keepdims=True) - MASK_PENALTY
+    lowest = tf.reduce_min(logits, axis=-1, keepdims=True) - MASK_GAP
+    return tf.minimum(lowest, -MASK_PENALTY)
 
 
 def causal_mask(query_length, key_length):
