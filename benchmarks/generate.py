@@ -107,8 +107,10 @@ def run(quick):
             f"median over {rounds} interleaved rounds in one process after "
             "warm-up (the slowest and fastest round in brackets)",
             "keras-hub prefills the whole padded width and restacks every "
-            "layer's cache at each step; ours prefills the prompt and writes "
-            "each step's keys and values in place (one `tf.while_loop`)",
+            "layer's cache at each step; ours prefills the prompt, writes "
+            "each step's keys and values in place and reads the slots up to "
+            "the step's position (under XLA, up to the end of one of 4 "
+            "phases; one `tf.while_loop`)",
             "`python -m benchmarks --only generate` (keras-hub: the `bench` "
             "extra, Keras 3)",
         ],

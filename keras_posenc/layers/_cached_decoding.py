@@ -57,14 +57,26 @@ class CachedDecoding:
         rounding = None
         if self.quantize_cache:  # the int8 cache's one range, in and out
             rounding = functools.partial(rounder(self.rounding, None), CACHE_POINT)
-        keys, values, cache = ops.cache.update_cache(cache, k, v, index, rounding)
+        # The slots after the last new position get no weight: read up to it
+        # (an overriding `compute_attention` gets every slot, as it always has).
+        reach = None
+        if not self._custom_attention:
+            reach = ops.cache.read_reach(index, length, max_length)
+        keys, values, cache = ops.cache.update_cache(
+            cache, k, v, index, rounding, reach=reach
+        )
+        read = max_length if reach is None else reach  # S: S_max or the reach
         bias = None
         if self.position_bias is not None:
             bias = ops.cache.cached_bias(self.position_bias, query, keys, index)
-        bias = _plus(bias, attention_bias)  # (B or 1, N, T, S_max)
-        mask = ops.cache.cache_mask(index, length, max_length, self.attention_window)
-        mask = mask[None, None]  # (1, 1, T, S_max)
+        if attention_bias is not None and reach is not None:
+            attention_bias = attention_bias[..., :reach]
+        bias = _plus(bias, attention_bias)  # (B or 1, N, T, S)
+        mask = ops.cache.cache_mask(index, length, read, self.attention_window)
+        mask = mask[None, None]  # (1, 1, T, S)
         if attention_mask is not None:
+            if reach is not None:
+                attention_mask = attention_mask[..., :reach]
             mask = tf.logical_and(mask, tf.cast(attention_mask, bool)[:, None])
         if late and ops.cache.is_static():  # an export: the cache stays untouched
             logits = self._turned_logits(q, keys, where, index + length)
@@ -81,7 +93,7 @@ class CachedDecoding:
                 query,
                 query,
                 positions=where,
-                key_positions=ops.position_range(max_length),
+                key_positions=ops.position_range(read),
                 length=current,
             )
         context, _ = self._heads_attention(q, keys, values, bias, mask, step=True)

@@ -621,6 +621,15 @@ class RelativeMultiHeadAttention(
             name=name,
         )
 
+    @property
+    def _custom_attention(self):
+        """Whether a subclass overrides `compute_attention` (which then sees
+        every cached slot in decoding, as it always has)."""
+        return (
+            type(self).compute_attention
+            is not RelativeMultiHeadAttention.compute_attention
+        )
+
     def _heads_attention(
         self, q, k, v, bias=None, mask=None, training=None, step=False
     ):
@@ -632,10 +641,7 @@ class RelativeMultiHeadAttention(
         plain graph outside an export (`ops.cache.static_decoding()`) then
         takes `step_logits` / `step_context` (exports keep the matmuls).
         """
-        if (
-            type(self).compute_attention
-            is not RelativeMultiHeadAttention.compute_attention
-        ):
+        if self._custom_attention:
             swap = ops.attention.swap_heads
             context, weights = self.compute_attention(
                 swap(q), swap(k), swap(v), bias, mask, training

@@ -8,12 +8,16 @@ true positions (rows with longer prompts read their remaining prompt tokens
 in the loop, one step each, as the NumPy loop does), finished rows feed token
 0, and a row draws its uniforms in order only when it takes a new token, so
 greedy and seeded sampling give the NumPy loop's tokens.
+
+A step reads the cache slots up to its own position (`ops.cache.read_reach`);
+under XLA, which slices only to static sizes, the loop runs in phases of the
+cache (`phase_widths`), each step reading up to its phase's end.
 """
 
 import numpy as np
 import tensorflow as tf
 
-from keras_posenc.ops.cache import update_slice
+from keras_posenc.ops.cache import in_place_writes, read_bound, update_slice
 
 
 def compile_loop(
@@ -29,6 +33,7 @@ def compile_loop(
     is at most `slots`).
     """
     batch, total = batch_size, total_length
+    phased = jit_compile and use_cache and rolling is None
     if use_cache:
         sink, slots = rolling or (None, total)
         shapes = model.cache_shapes(batch, slots)
@@ -40,9 +45,10 @@ def compile_loop(
             return logits[:, -1], cache
 
         def next_logits(state, fed, index):
-            logits, state = model.call_with_cache(
-                fed[:, None], state, index, sink_tokens=sink
-            )
+            with in_place_writes():  # the loop owns its caches
+                logits, state = model.call_with_cache(
+                    fed[:, None], state, index, sink_tokens=sink
+                )
             return logits[:, -1], state
 
     else:
@@ -96,13 +102,26 @@ def compile_loop(
             out, done, drawn, fed = choose(logits, t, out, done, drawn)
             return t + 1, out, done, drawn, fed, state
 
-        loop = tf.while_loop(
-            lambda t, out, done, *_: going(t, done),
-            body,
-            (first, out, done, drawn, fed, list(state)),
-            parallel_iterations=1,
-        )
-        return loop[1]
+        carried = (first, out, done, drawn, fed, list(state))
+        if not phased:  # a plain graph's steps read up to their own position
+            return tf.while_loop(
+                lambda t, out, done, *_: going(t, done),
+                body,
+                carried,
+                parallel_iterations=1,
+            )[1]
+        # XLA slices only to static sizes: a loop per phase of the cache, each
+        # step reading the slots up to its phase's end (the step at `t`
+        # writes position `t - 1`), not all `total`.
+        for width in phase_widths(total):
+            with read_bound(width):
+                carried = tf.while_loop(
+                    lambda t, out, done, *_, width=width: going(t, done) & (t <= width),
+                    body,
+                    carried,
+                    parallel_iterations=1,
+                )
+        return carried[1]
 
     return tf.function(
         decode,
@@ -168,6 +187,17 @@ def compile_scoring(model, batch_size, length, jit_compile, rolling):
         ],
         jit_compile=jit_compile,
     )
+
+
+def phase_widths(total, phases=4, smallest=32):
+    """The read bounds of the compiled loop's XLA phases, ending at `total`.
+
+    At most `phases` equal steps of at least `smallest` slots (multiples of
+    8): a phase more is one more trace of the step in the program.
+    """
+    step = max(smallest, -(-total // phases))
+    step = -(-step // 8) * 8
+    return list(range(step, total, step)) + [total]
 
 
 def _write_column(tokens, column, index):

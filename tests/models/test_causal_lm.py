@@ -10,7 +10,7 @@ from packed_rows import WINDOW, assert_each_document_reads_as_alone
 
 from keras_posenc import generation, samplers
 from keras_posenc._compat import keras
-from keras_posenc.models import POSITION_METHODS, CausalLM, build_causal_lm
+from keras_posenc.models import POSITION_METHODS, CausalLM, _loop, build_causal_lm
 
 VOCAB = 13
 
@@ -179,6 +179,30 @@ def test_the_compiled_loop_gives_the_step_loops_tokens(case):
     if "seed" in kwargs:  # the draws matter: another seed gives other tokens
         other = dict(kwargs, seed=kwargs["seed"] + 100)
         assert (model.generate(prompts, 12, **other) != loop).any()
+
+
+@pytest.mark.parametrize(
+    "position", fast_only(POSITION_METHODS, ("t5", "hpn"), per_kind=True)
+)
+def test_the_loops_cache_reads_and_in_place_writes_give_the_step_loops_tokens(
+    position,
+):
+    """48 slots: XLA's loop runs two phases (steps reading 32 slots, then
+    48), the graph's steps read up to their own position and write their
+    caches in place; both give the step loop's seeded tokens, every call
+    alike, and the caller's prompts stay as they were."""
+    model = small(position)
+    prompts = np.array([[3, 1, 4, 1, 5], [9, 2, 6, 5, 3]], "int32")
+    given = prompts.copy()
+    drawn = dict(sampler="random", temperature=2.0, seed=5)  # seeded draws
+    steps = model.generate(prompts, 43, compiled_loop=False, **drawn)  # 5 + 43
+    assert _loop.phase_widths(48) == [32, 48]
+    for jit_compile in (False, True):
+        for _ in range(2):  # a second call starts from the same empty caches
+            loop = model.generate(prompts, 43, jit_compile=jit_compile, **drawn)
+            np.testing.assert_array_equal(loop, steps)
+    np.testing.assert_array_equal(prompts, given)
+    assert len(set(steps[:, 5:].ravel())) > 5  # it drew many tokens
 
 
 def test_xla_step_gives_the_graph_tokens():
