@@ -199,7 +199,8 @@ def update_slice(operand, update, index, axis):
     DYNAMIC_UPDATE_SLICE) take `dynamic_update_slice`. A plain graph takes
     a scatter of the rows `operand[:, ..., index + t]`: TensorFlow's kernel
     of XLA's op costs ~55 us a call even on a `(1, 256)` tensor, more than
-    the decoding step's matmuls.
+    the decoding step's matmuls; inside `in_place_writes()`, a write into
+    `operand`'s own buffer (the scatter copies all of `operand`).
     """
     index = tf.cast(index, tf.int32)
     if _STATIC.get() or in_xla():

@@ -36,3 +36,38 @@ def test_rolling_positions_match_a_simulated_ring(sink, slots):
             np.testing.assert_array_equal(mask.numpy(), seen)
             written = seen.any(0)  # unwritten slots are masked: any place
             np.testing.assert_array_equal(k.numpy()[written], np.array(keys)[written])
+
+
+@pytest.mark.parametrize("axis, count", [(1, 1), (2, 1), (2, 3), (0, 2)])
+def test_in_place_writes_put_the_rows_where_a_copy_does(axis, count):
+    """`update_slice` inside `in_place_writes()` in a graph loop: each step
+    overwrites its rows of the loop's own buffer, as NumPy's assignment."""
+    import tensorflow as tf
+
+    shape = [3, 2, 7, 4][: max(axis + 2, 3)]
+    steps = shape[axis] // count
+    updates = np.random.default_rng(axis).normal(size=[steps] + shape)
+    updates = updates.astype("float32")
+    reach = [slice(None)] * len(shape)
+
+    @tf.function
+    def loop(fresh):
+        def body(t, buffer):
+            where = list(reach)
+            where[axis] = slice(0, count)
+            update = tf.gather(updates, t)[tuple(where)]
+            with ops.cache.in_place_writes():
+                return t + 1, ops.cache.update_slice(buffer, update, t * count, axis)
+
+        return tf.while_loop(lambda t, _: t < steps, body, (0, fresh + 0.0))[1]
+
+    start = np.full(shape, -1.0, "float32")
+    want = start.copy()
+    for t in range(steps):
+        where = list(reach)
+        where[axis] = slice(t * count, (t + 1) * count)
+        source = list(reach)
+        source[axis] = slice(0, count)
+        want[tuple(where)] = updates[t][tuple(source)]
+    np.testing.assert_array_equal(loop(tf.constant(start)).numpy(), want)
+    np.testing.assert_array_equal(loop(tf.constant(start)).numpy(), want)
