@@ -87,6 +87,7 @@ def compile_loop(
         if first_logits is not None:  # prefill, then token `start` outside the loop
             logits, state = first_logits(prefix)
             out, done, drawn, fed = choose(logits, start, prompts, done, drawn)
+            state = _once_read(state, logits)
             first = start + 1
         else:  # one model call per step only: the first one reads the prefix
             # Slots past the prefix are never read by a causal model; they
@@ -161,10 +162,12 @@ def compile_scoring(model, batch_size, length, jit_compile, rolling):
         logits, cache = model.call_with_cache(prefix, cache, 0, sink_tokens=sink)
         head = next_token_log_probs(logits, tokens[:, 1 : first + 1])
         scores = tf.pad(head, [[0, 0], [0, length - 1 - first]])
+        cache = _once_read(cache, scores)
 
         def body(t, scores, cache):
             fed = tf.gather(tokens, t, axis=1)[:, None]
-            logits, cache = model.call_with_cache(fed, cache, t, sink_tokens=sink)
+            with in_place_writes():  # the loop owns its caches
+                logits, cache = model.call_with_cache(fed, cache, t, sink_tokens=sink)
             target = tf.gather(tokens, t + 1, axis=1)[:, None]
             column = next_token_log_probs(logits, target)[:, 0]
             scores = update_slice(scores, column[:, None], t, axis=1)
@@ -187,6 +190,17 @@ def compile_scoring(model, batch_size, length, jit_compile, rolling):
         ],
         jit_compile=jit_compile,
     )
+
+
+def _once_read(caches, result):
+    """`caches` entering the loop only once the prefill's `result` exists.
+
+    The loop writes them in place (`in_place_writes`); TensorFlow runs a
+    graph's loop as soon as its own inputs are ready, so without this a
+    first write could overwrite a cache while the prefill still reads it.
+    """
+    with tf.control_dependencies([result]):
+        return [tf.identity(cache) for cache in caches]
 
 
 def phase_widths(total, phases=4, smallest=32):

@@ -77,6 +77,9 @@ def test_one_layer_reads_its_rolling_cache_as_a_fresh_text(position):
     sink, window = 2, 5
     x = text(length=26)
     streamed = model.score(x, cache_window=window, sink_tokens=sink)
+    # The loop writes its caches in place: a second call starts afresh.
+    again = model.score(x, cache_window=window, sink_tokens=sink)
+    np.testing.assert_array_equal(again, streamed)
     for p in (6, 7, 8, 13, 24):  # the cache (7 slots) is full from p = 6
         held = np.concatenate([x[:, :sink], x[:, max(sink, p - window + 1) : p + 1]], 1)
         logits = model(held).numpy()[:, -1]
