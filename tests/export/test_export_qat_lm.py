@@ -161,10 +161,10 @@ def test_new_keys_off_the_cache_range_leave_float_ops_and_are_refused(
     pytest.importorskip("ai_edge_litert", reason="needs ai-edge-litert (LiteRT)")
     real = cache.update_cache
 
-    def old_cache_only(old, key, value, index, rounding=None):
+    def old_cache_only(old, key, value, index, rounding=None, reach=None):
         if rounding is None:
-            return real(old, key, value, index)
-        keys, values, new = real(rounding(old), key, value, index)
+            return real(old, key, value, index, reach=reach)
+        keys, values, new = real(rounding(old), key, value, index, reach=reach)
         return keys, values, rounding(new)
 
     monkeypatch.setattr(cache, "update_cache", old_cache_only)
