@@ -181,9 +181,13 @@ def test_the_compiled_loop_gives_the_step_loops_tokens(case):
         assert (model.generate(prompts, 12, **other) != loop).any()
 
 
-@pytest.mark.parametrize(
-    "position", fast_only(POSITION_METHODS, ("t5", "hpn"), per_kind=True)
-)
+#: One method per kind of decoding state: a bias, a rotation, the conv
+#: state, the gate's sums (an outside bias), a block's cache pair, CoPE's
+#: counts over the logits (each one XLA compilation: not all 18).
+DECODING_STATES = ("t5", "rope", "hpn", "fox", "recursive", "cope")
+
+
+@pytest.mark.parametrize("position", fast_only(DECODING_STATES, ("t5", "hpn")))
 def test_the_loops_cache_reads_and_in_place_writes_give_the_step_loops_tokens(
     position,
 ):
