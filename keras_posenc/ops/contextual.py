@@ -1,9 +1,16 @@
 """Contextual positions (CoPE): positions counted by gates on the logits.
 
-Pure float32 functions of the attention's own logits and queries.
+Pure float32 functions of the attention's own logits and queries. The
+counts run over every query-key pair: they are summed in blocks by a small
+triangular product (`running_sum`), not by TensorFlow's one-core scan.
 """
 
+import numpy as np
 import tensorflow as tf
+
+# Keys per block of `running_sum`: a (64, 64) triangle keeps the product's
+# cost near a plain scan's while it runs as a matrix product on every core.
+SCAN_BLOCK = 64
 
 
 def contextual_positions(
@@ -27,7 +34,7 @@ def contextual_positions(
     if mask is not None:
         gates *= tf.cast(mask, tf.float32)
     if not bidirectional:
-        positions = tf.cumsum(gates, axis=-1, reverse=True)
+        positions = running_sum(gates, reverse=True)
         return tf.minimum(positions, float(max_position))
     queries, keys = tf.shape(gates)[-2], tf.shape(gates)[-1]
     if query_offset is None:
@@ -35,8 +42,8 @@ def contextual_positions(
     query_keys = tf.range(queries) + query_offset  # (T,): each query's key
     after = tf.cast(tf.range(keys)[None, :] > query_keys[:, None], tf.float32)
     from_query = tf.cast(tf.range(keys)[None, :] >= query_keys[:, None], tf.float32)
-    before = tf.cumsum(gates * (1.0 - after), axis=-1, reverse=True)
-    beyond = tf.cumsum(gates * from_query, axis=-1)
+    before = running_sum(gates * (1.0 - after), reverse=True)
+    beyond = running_sum(gates * from_query)
     limit = float(max_position)
     return (
         tf.minimum(before, limit) * (1.0 - after)
@@ -61,3 +68,34 @@ def interpolated_logits(queries, embeddings, positions):
     high = tf.cast(tf.math.ceil(positions), tf.int32)
     above = tf.gather(per_position, high, batch_dims=batch_dims)
     return below * (1.0 - weight) + above * weight
+
+
+def running_sum(x, reverse=False):
+    """`tf.cumsum(x, axis=-1, reverse=reverse)`, in blocks when the axis is long.
+
+    TensorFlow's CPU scan runs on one core; here each block of `SCAN_BLOCK`
+    values is summed by a product with a triangle of ones and the blocks'
+    totals by a scan a 64th as long (`benchmarks/results/speed_steps.md`
+    measures the whole layer, `cope`). The order of the additions differs from the
+    plain scan's: sums agree to float32 rounding. Axes shorter than two
+    blocks, or of unknown length, take the plain scan.
+    """
+    size = x.shape[-1]
+    if size is None or size < 2 * SCAN_BLOCK:
+        return tf.cumsum(x, axis=-1, reverse=reverse)
+    blocks = -(-size // SCAN_BLOCK)
+    pad = blocks * SCAN_BLOCK - size
+    if pad:  # on the side the sums start from: zeros add nothing
+        side = [pad, 0] if reverse else [0, pad]
+        x = tf.pad(x, [[0, 0]] * (x.shape.rank - 1) + [side])
+    padded_shape = tf.shape(x)
+    lead = padded_shape[:-1]
+    x = tf.reshape(x, tf.concat([lead, [blocks, SCAN_BLOCK]], 0))
+    ones = np.tril(np.ones((SCAN_BLOCK, SCAN_BLOCK), np.float32))  # [t, j]: t >= j
+    triangle = tf.constant(ones if reverse else ones.T, dtype=x.dtype)
+    within = tf.einsum("...bt,tj->...bj", x, triangle)
+    totals = tf.cumsum(tf.reduce_sum(x, -1), axis=-1, reverse=reverse, exclusive=True)
+    sums = tf.reshape(within + totals[..., None], padded_shape)
+    if pad:
+        return sums[..., pad:] if reverse else sums[..., :size]
+    return sums

@@ -179,3 +179,60 @@ def test_a_config_saved_before_the_two_sided_count_loads_one_sided():
     config = ContextualPosition(max_position=3).get_config()
     del config["bidirectional"]  # what a file saved before the argument holds
     assert ContextualPosition.from_config(config).bidirectional is False
+
+
+@pytest.mark.parametrize("size", [64, 128, 130, 200])
+@pytest.mark.parametrize("reverse", [False, True])
+def test_the_blocked_running_sum_is_a_cumulative_sum(size, reverse):
+    """Long axes are summed in blocks (padded to whole blocks): as NumPy's scan."""
+    from keras_posenc.ops.contextual import running_sum
+
+    x = np.random.default_rng(size).uniform(size=(2, 3, size)).astype("float32")
+    want = np.cumsum(x[..., ::-1], -1)[..., ::-1] if reverse else np.cumsum(x, -1)
+    got = running_sum(tf.constant(x), reverse=reverse).numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+
+
+@pytest.mark.parametrize("bidirectional", [False, True])
+def test_a_long_term_and_its_gradient_match_the_plain_scan_and_gathers(bidirectional):
+    """At 160 keys (blocked sums): the term and its gradients as those of
+    the paper's plain cumsum and two gathers."""
+    rng = np.random.default_rng(2)
+    queries = rng.normal(size=(1, 160, 2, 4)).astype("float32")
+    logits = rng.normal(size=(1, 2, 160, 160)).astype("float32")
+    mask = np.tril(np.ones((160, 160), bool))[None, None]
+    cope = ContextualPosition(max_position=8, bidirectional=bidirectional)
+    cope.build(queries.shape)
+    q, lg = tf.constant(queries), tf.constant(logits)
+    m = None if bidirectional else tf.constant(mask)
+
+    def plain(q, lg):  # the same count, summed by tf.cumsum, read by two gathers
+        gates = tf.sigmoid(lg) * (1.0 if m is None else tf.cast(m, tf.float32))
+        limit = 8.0
+        if bidirectional:
+            keys = tf.range(160)
+            after = tf.cast(keys[None, :] > keys[:, None], tf.float32)
+            from_query = tf.cast(keys[None, :] >= keys[:, None], tf.float32)
+            before = tf.cumsum(gates * (1 - after), axis=-1, reverse=True)
+            beyond = tf.cumsum(gates * from_query, axis=-1)
+            pos = (
+                tf.minimum(before, limit) * (1 - after)
+                + (limit + 1 + tf.minimum(beyond, limit)) * after
+            )
+        else:
+            pos = tf.minimum(tf.cumsum(gates, axis=-1, reverse=True), limit)
+        per = tf.einsum("btnh,hp->bntp", q, cope.embeddings)
+        low = tf.floor(pos)
+        below = tf.gather(per, tf.cast(low, tf.int32), batch_dims=3)
+        above = tf.gather(per, tf.cast(tf.math.ceil(pos), tf.int32), batch_dims=3)
+        return below * (1 - (pos - low)) + above * (pos - low)
+
+    upstream = tf.constant(rng.normal(size=logits.shape).astype("float32"))
+    results = []
+    for term in (lambda q, lg: cope(q, lg, m), plain):
+        with tf.GradientTape() as tape:
+            tape.watch([q, lg])
+            loss = tf.reduce_sum(term(q, lg) * upstream)
+        results.append([loss] + tape.gradient(loss, [q, lg, cope.embeddings]))
+    for got, want in zip(*results):
+        np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-4, atol=1e-4)
