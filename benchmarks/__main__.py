@@ -26,6 +26,7 @@ from benchmarks import (
 
 BENCHMARKS = {
     "speed": speed,
+    "speed_steps": SimpleNamespace(run=speed.run_steps),  # one of speed's tables
     "profile": profile,
     "scaling": scaling,
     "local": local,

@@ -343,20 +343,8 @@ def run(quick):
             "goal: at most 1.05x Keras' layer with every bias, graph and XLA",
         ],
     )
+    run_steps(quick)
     step = (8, 64) if quick else (16, 512)
-    write(
-        "speed_steps",
-        f"Training step per method, B={step[0]} T={step[1]} D=64, 2 layers" + smoke,
-        ["position", "fastest ms / step", "'none' fastest, same rounds", "x none"],
-        step_rows(*step, 64, min(rounds, 7)),
-        [
-            f"{min(rounds, 7)} rounds; in each the 'none' model steps right before the "
-            "method; the ratio is the method's fastest step over the fastest "
-            "'none' step of the same rounds",
-            "goal: every method at most 1.25x 'none' (recursive, which runs a "
-            "second attention per layer, at most 1.35x)",
-        ],
-    )
     if peers.available():
         write(
             "speed_encoder",
@@ -377,3 +365,23 @@ def run(quick):
                 "before ours; fastest step over keras-hub's fastest of the same rounds",
             ],
         )
+
+
+def run_steps(quick):
+    """`speed_steps.md` alone (`--only speed_steps`; `--only speed` writes it too)."""
+    rounds = 3 if quick else 7
+    smoke = " (--quick: a smoke run)" if quick else ""
+    step = (8, 64) if quick else (16, 512)
+    write(
+        "speed_steps",
+        f"Training step per method, B={step[0]} T={step[1]} D=64, 2 layers" + smoke,
+        ["position", "fastest ms / step", "'none' fastest, same rounds", "x none"],
+        step_rows(*step, 64, rounds),
+        [
+            f"{rounds} rounds; in each the 'none' model steps right before the "
+            "method; the ratio is the method's fastest step over the fastest "
+            "'none' step of the same rounds",
+            "goal: every method at most 1.25x 'none' (recursive, which runs a "
+            "second attention per layer, at most 1.35x)",
+        ],
+    )

@@ -5,6 +5,7 @@ import tensorflow as tf
 from keras_posenc import _checks, ops
 from keras_posenc._compat import (
     add_float32_weight,
+    dim,
     keras,
     register,
 )
@@ -49,6 +50,10 @@ class FireBias(BiasLayer):
             token. Defaults to `0`.
         positions: optional tensor `(T,)` or `(B, T)` of query positions.
         key_positions: optional tensor `(S,)` or `(B, S)` of key positions.
+        training: bool or None, Keras' training flag. In training, while
+            every query position is below `L`, the MLP runs on the distinct
+            distances only (the same bias, faster: `call`). Defaults to
+            `None` (the grid).
 
     Returns:
         A `(1, N, T, S)` (or `(B, N, T, S)`) bias in the compute dtype.
@@ -119,6 +124,43 @@ class FireBias(BiasLayer):
             }
         )
         return config
+
+    def call(
+        self,
+        query,
+        key=None,
+        start_index=0,
+        positions=None,
+        key_positions=None,
+        training=None,
+    ):
+        """The bias contract's `call`; in training, distinct distances when it can.
+
+        While every query position is below `L`, `psi(max(i, L))` is
+        `psi(L)` for every query and the bias depends on `j - i` alone: in
+        training (`training=True`, default positions) the MLP then runs
+        on the `T + S - 1` distinct distances and the row is expanded, the
+        same values as the grid's (a training step of a 2-layer classifier
+        at T=512: `benchmarks/results/speed_steps.md`). Past `L`, and
+        outside training (exports keep one graph without a branch), the
+        MLP runs on the `(T, S)` grid.
+        """
+        grid = super().call  # translation_invariant is False: the grid
+        if not training or positions is not None or key_positions is not None:
+            return grid(query, key, start_index, positions, key_positions)
+        key = query if key is None else key
+        query_length, key_length = dim(query, 1), dim(key, 1)
+        last = tf.cast(start_index + query_length - 1, tf.float32)
+
+        def distinct():
+            row = self._bias_on_distinct_distances(
+                query_length, key_length, start_index
+            )
+            return tf.cast(tf.expand_dims(row, 0), self.compute_dtype)
+
+        return tf.cond(
+            last < self.threshold, distinct, lambda: grid(query, key, start_index)
+        )
 
     @property
     def threshold(self):

@@ -38,7 +38,8 @@ class ForgettingGate(keras.layers.Layer):
     Decoding (`step`) needs no sum over the history: the cache holds each
     position's running sum `c_j` `(B, S_max, N)`, and a new token adds its
     log gate to the previous one's. All gate math runs in float32; the bias
-    is floored at -1e4 (its softmax weight is 0 either way) and returned in
+    is floored at -1e4 (its softmax weight is 0 either way; the floor passes
+    its gradient straight through, which attention zeroes) and returned in
     the compute dtype. For block-local attention (`attention_window=W` on
     both layers) the gate returns the same bias on the attention's band,
     `(B, N*nb, W, 3W)` (`ops.forgetting.decay_band`): the `(T, T)` matrix
@@ -130,12 +131,13 @@ class ForgettingGate(keras.layers.Layer):
     def call(self, inputs, mask=None):
         log_forward, log_backward = self.log_gates(inputs, incoming_mask(inputs, mask))
         if self.attention_window is None:
-            bias = ops.forgetting.decay_bias(log_forward, log_backward)
+            # A weight of exactly 0 either way; float16 would overflow to -inf.
+            bias = ops.forgetting.decay_bias(log_forward, log_backward, BIAS_FLOOR)
         else:
             window = self.attention_window
             bias = ops.forgetting.decay_band(log_forward, log_backward, window)
-        # A weight of exactly 0 either way; float16 would overflow to -inf.
-        return tf.cast(tf.maximum(bias, BIAS_FLOOR), self.compute_dtype)
+            bias = tf.maximum(bias, BIAS_FLOOR)
+        return tf.cast(bias, self.compute_dtype)
 
     def compute_output_shape(self, input_shape):
         length, window = input_shape[1], self.attention_window

@@ -102,3 +102,41 @@ def test_bad_arguments_are_refused():
         FireBias(2, hidden_dim=0)
     with pytest.raises(TypeError, match="`bidirectional` must be a bool"):
         FireBias(2, bidirectional=1)
+
+
+@pytest.mark.parametrize("jit_compile", [False, True])
+@pytest.mark.parametrize(
+    "start,length,key_length",
+    [(0, 5, 5), (0, 3, 9), (1, 6, 7), (2, 6, 8)],  # last query 4, 2 (< L); 6, 7
+)
+def test_training_gives_the_grids_bias_and_gradients(
+    start, length, key_length, jit_compile
+):
+    """In training, queries below L take the distinct distances' path: the
+    same values and gradients as the grid (and the paper's formula)."""
+    layer = FireBias(num_heads=2, hidden_dim=5)
+    layer.build()
+    rng = np.random.default_rng(1)
+    for weight in layer.mlp[0].weights + layer.mlp[1].weights:
+        weight.assign(rng.normal(size=weight.shape).astype("float32"))
+    layer.c.assign(0.3)
+    layer.threshold_multiplier.assign(6.0 / layer.initial_threshold)  # L = 6
+    query, key = tf.zeros((1, length, 1)), tf.zeros((1, key_length, 1))
+    upstream = tf.constant(rng.normal(size=(1, 2, length, key_length)), tf.float32)
+
+    @tf.function(jit_compile=jit_compile)
+    def bias_and_gradients(training):
+        with tf.GradientTape() as tape:
+            bias = layer(query, key, start_index=start, training=training)
+            loss = tf.reduce_sum(tf.sin(bias) * upstream)
+        return bias, tape.gradient(loss, layer.trainable_weights)
+
+    bias, gradients = bias_and_gradients(True)
+    grid_bias, grid_gradients = bias_and_gradients(False)
+    want = fire_oracle(
+        layer, np.arange(start, start + length), np.arange(key_length), True
+    )
+    np.testing.assert_allclose(bias.numpy()[0], want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(bias.numpy(), grid_bias.numpy(), rtol=1e-6, atol=1e-6)
+    for got, grid in zip(gradients, grid_gradients):
+        np.testing.assert_allclose(got.numpy(), grid.numpy(), rtol=1e-4, atol=1e-5)

@@ -164,3 +164,98 @@ def test_a_rolling_state_that_never_rolls_gives_the_whole_sequences_bias():
     got = np.stack(rows, axis=2)
     seen = np.tril(np.ones((6, 6), bool))
     np.testing.assert_allclose(got[..., seen], whole[..., seen], atol=1e-5)
+
+
+def decay_gradient_oracle(log_forward, log_backward, upstream):
+    """d sum(bias * upstream) / d log-gates, pair by pair: a forward gate
+    l counts in every pair j < l <= i, a backward gate l in every pair
+    i <= l < j (a floored pair too: the floor passes its gradient through)."""
+    b, t, n = log_forward.shape
+    d_forward, d_backward = np.zeros((b, t, n)), np.zeros((b, t, n))
+    for i in range(t):
+        for j in range(t):
+            if j <= i:
+                d_forward[:, j + 1 : i + 1] += upstream[:, None, :, i, j]
+            elif log_backward is not None:
+                d_backward[:, i:j] += upstream[:, None, :, i, j]
+    return d_forward, d_backward
+
+
+@pytest.mark.parametrize("jit_compile", [False, True])
+@pytest.mark.parametrize("bidirectional", [True, False])
+@pytest.mark.parametrize("floored", [False, True])
+def test_the_written_out_gradient_is_the_pairs_gradient(
+    bidirectional, floored, jit_compile
+):
+    from keras_posenc.ops.forgetting import decay_bias
+
+    rng = np.random.default_rng(3)
+    shape, floor = (2, 9, 3), -1e4
+    log_forward = -rng.exponential(size=shape)
+    log_backward = -rng.exponential(size=shape) if bidirectional else None
+    if floored:  # one closed gate per side: every pair across it is floored
+        log_forward[0, 4, 1] = -2e4
+        if bidirectional:
+            log_backward[1, 6, 2] = -3e4
+    upstream = rng.normal(size=(2, 3, 9, 9))
+
+    @tf.function(jit_compile=jit_compile)
+    def gradients(log_forward, log_backward):
+        with tf.GradientTape() as tape:
+            tape.watch([log_forward, log_backward])
+            backward = log_backward if bidirectional else None
+            bias = decay_bias(log_forward, backward, floor)
+            loss = tf.reduce_sum(bias * tf.constant(upstream, tf.float32))
+        return bias, tape.gradient(loss, [log_forward, log_backward])
+
+    bias, (d_forward, d_backward) = gradients(
+        tf.constant(log_forward, tf.float32),
+        tf.constant(
+            np.zeros(shape) if log_backward is None else log_backward, tf.float32
+        ),
+    )
+    want_forward, want_backward = decay_gradient_oracle(
+        log_forward, log_backward, upstream
+    )
+    assert (np.min(bias) == floor) == floored  # the floor holds
+    np.testing.assert_allclose(d_forward.numpy(), want_forward, atol=1e-4)
+    if bidirectional:
+        np.testing.assert_allclose(d_backward.numpy(), want_backward, atol=1e-4)
+    else:
+        assert d_backward is None
+
+
+def test_in_attention_a_floored_pair_gets_the_floors_own_gradient():
+    """Through a softmax a floored pair's weight is 0, so the straight-through
+    floor gives TensorFlow's gradient of `max(bias, floor)` exactly."""
+    from keras_posenc.ops.forgetting import decay_bias
+
+    rng = np.random.default_rng(4)
+    shape = (2, 8, 2)
+    log_forward = -rng.exponential(size=shape)
+    log_backward = -rng.exponential(size=shape)
+    log_forward[0, 3, 1] = log_backward[1, 5, 0] = -2e4  # closed gates
+    logits = tf.constant(rng.normal(size=(2, 2, 8, 8)), tf.float32)
+    values = tf.constant(rng.normal(size=(2, 2, 8, 3)), tf.float32)
+
+    def plain(log_forward, log_backward):  # the paper's pairs, TF's gradient
+        c = tf.transpose(tf.cumsum(log_forward, axis=1), [0, 2, 1])
+        e = tf.transpose(tf.cumsum(log_backward, axis=1, exclusive=True), [0, 2, 1])
+        before = c[:, :, :, None] - c[:, :, None, :]
+        after = e[:, :, None, :] - e[:, :, :, None]
+        return tf.maximum(tf.where(np.tril(np.ones((8, 8), bool)), before, after), -1e4)
+
+    def gradients(bias_fn):
+        gates = [
+            tf.constant(log_forward, tf.float32),
+            tf.constant(log_backward, tf.float32),
+        ]
+        with tf.GradientTape() as tape:
+            tape.watch(gates)
+            weights = tf.nn.softmax(logits + bias_fn(*gates))
+            loss = tf.reduce_sum(tf.sin(weights @ values))
+        return [g.numpy() for g in tape.gradient(loss, gates)]
+
+    ours = gradients(lambda f, b: decay_bias(f, b, -1e4))
+    for got, want in zip(ours, gradients(plain)):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
