@@ -27,8 +27,10 @@ class FireBias(BiasLayer):
     `L = 512`. Bidirectional, the sign of `i - j` is kept so keys after the
     query are told apart (the paper is causal). Because of `max(i, L)` the
     bias is not a function of `j - i` alone: it is evaluated on the `(T, S)`
-    grid (the MLP runs `T * S` times, `(T, S, hidden_dim)` floats), and a
-    decoding export stores it for every `(S_max, S_max)` pair. With static
+    grid (the MLP runs `T * S` times, `(T, S, hidden_dim)` floats; in
+    training, while every query is below `L`, on the `T + S - 1` distinct
+    distances, the same values: `call`), and a decoding export stores it for
+    every `(S_max, S_max)` pair. With static
     shapes it folds into a constant in TFLite (no LOG runs on the device).
     Follows the bias contract: `(1, N, T, S)`, or `(B, N, T, S)` for
     per-example positions. All position math runs in float32.
