@@ -47,7 +47,7 @@ def _lower(length):
 def _pair_bias(c, e, floor):
     """`where(j <= i, c_i - c_j, e_j - e_i)` `(B, N, T, T)` (0 after `i` without `e`).
 
-    At least `floor` (unless None), with the gradient of the unfloored pairs.
+    At least `floor` (unless None); the floor passes its gradient through.
 
     The gradient reads nothing from the forward pass (its mask comes from
     the upstream gradient's shape): a SavedModel of a graph holding it
