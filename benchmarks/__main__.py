@@ -47,6 +47,7 @@ BENCHMARKS = {
     "qat_digits": SimpleNamespace(run=qat.run_digits),
     "qat_lm": SimpleNamespace(run=qat.run_lm),
     "qat_generators": SimpleNamespace(run=qat.run_generators),
+    "qat_fidelity": SimpleNamespace(run=qat.run_fidelity),
 }
 
 

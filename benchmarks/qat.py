@@ -12,6 +12,12 @@ The pydoc byte-level LM (D=64, 2 layers, L=64, 1000 batches), per method:
 teacher-forced bits per byte on held-out text of the float model, of its
 post-training int8 decode step (LiteRT), and after 200 QAT batches at a
 tenth of the learning rate, of the QAT model and its data-free int8 step.
+
+Fidelity (`--only qat_fidelity`), per method: how far a trained QAT token
+classifier's int8 model (converted without data) lies from the QAT Keras
+model, in output steps, in each int8 runtime (LiteRT's builtin kernels, its
+reference kernels, its default XNNPACK delegate, TFLM), and how far the
+runtimes lie from each other on the same `.tflite` file.
 """
 
 import numpy as np
@@ -20,9 +26,11 @@ import tensorflow as tf
 import keras_posenc
 import tflite_export
 from benchmarks._common import write
+from keras_posenc import models
 from keras_posenc.data import language_modeling as lm
-from keras_posenc.data import recipes
+from keras_posenc.data import recipes, synthetic
 from keras_posenc.models.methods import QUANTIZED_METHODS
+from tflite_export.verify import run_tflm
 
 keras = tf.keras
 
@@ -49,6 +57,18 @@ LM_METHODS = (
 #: runs it too, but its tables hold the relative methods).
 GENERATOR_LM_METHODS = ("hpn", "hybrid")
 GENERATOR_METHODS = ("hpn", "hybrid", "combined")
+#: The fidelity table's token classifier (as `tests/export/test_export_qat.py`'s).
+FIDELITY_MODEL = dict(
+    vocab_size=10, sequence_length=16, hidden_dim=32, num_heads=4, num_layers=2
+)
+#: The int8 runtimes of the fidelity table: LiteRT's op resolvers by name,
+#: then TFLM.
+RUNTIMES = (
+    ("LiteRT builtin", "BUILTIN_WITHOUT_DEFAULT_DELEGATES"),
+    ("LiteRT reference", "BUILTIN_REF"),
+    ("LiteRT XNNPACK", "AUTO"),
+    ("TFLM", None),
+)
 
 
 def _spread(values):
@@ -277,3 +297,92 @@ def _digits_run(quick, seeds, methods=METHODS, name="qat"):
             *notes,
         ],
     )
+
+
+def run_fidelity(quick):
+    """The int8 model against its QAT model and the runtimes against each
+    other (`--only qat_fidelity`; `qat_fidelity_*.md`; ~40 s a method here)."""
+    methods = ("none", "t5") if quick else QUANTIZED_METHODS
+    rows = [_fidelity_row(position, quick) for position in methods]
+    keras_name = "keras3" if keras_posenc.IS_KERAS_3 else "keras2"
+    names = [name for name, _ in RUNTIMES]
+    write(
+        f"qat_fidelity_{keras_name}" + ("_quick" if quick else ""),
+        ("SMOKE RUN: " if quick else "")
+        + "QAT int8 against its QAT Keras model, and int8 runtimes against each "
+        "other: largest |difference| in output steps (mean)",
+        ["position", *(f"QAT Keras vs {name}" for name in names)]
+        + ["largest gap between two runtimes", "accuracy QAT Keras / int8"],
+        rows,
+        [
+            "a 2-layer token classifier (D=32, 4 heads, T=16) of the "
+            "`relative_offset` lookup (10 classes), 5 float epochs and 1 QAT "
+            "epoch (seed 0), converted without data; 64 held-out rows, 10 240 "
+            "logits; a step is the int8 output's scale",
+            "the runtimes run one `.tflite` file: LiteRT with its builtin "
+            "(optimized) kernels, as `tflite_export.verify` runs it, with its "
+            "reference kernels, with its default XNNPACK delegate; TFLM",
+            "the largest gap between two runtimes is the most any single "
+            "reference could be within of both: a QAT model one step from "
+            "every runtime would need them within two steps of each other",
+            "accuracy (per token, chance 0.1) says how far each model trained "
+            "in its 6 epochs",
+        ],
+    )
+
+
+def _fidelity_row(position, quick):
+    keras.utils.set_random_seed(0)
+    x, y = synthetic.make_task("relative_offset", 640, 16, seed=0)
+    test_x, test_y = synthetic.make_task("relative_offset", 64, 16, seed=1)
+    classifier = models.build_token_classifier(10, position=position, **FIDELITY_MODEL)
+    model = recipes.compile_classifier(classifier, 3e-3)
+    model.fit(x, y, epochs=2 if quick else 5, batch_size=64, verbose=0)
+    qat = recipes.compile_classifier(tflite_export.quantize_aware(model), 5e-4)
+    qat.fit(x, y, epochs=1, batch_size=64, verbose=0)
+    model_bytes = tflite_export.convert(qat, None, mode="int8")
+    static = tflite_export.static_model(qat, (16,), "int32")
+    reference = np.asarray(static.predict(test_x, verbose=0))
+    outputs, scale, zero = _int8_outputs(model_bytes, test_x)
+    cells = []
+    for name, _ in RUNTIMES:
+        steps = np.abs((outputs[name] - zero) * scale - reference) / scale
+        cells.append(f"{np.max(steps):.0f} ({np.mean(steps):.2f})")
+    gaps = [
+        np.max(np.abs(outputs[a] - outputs[b]))
+        for i, (a, _) in enumerate(RUNTIMES)
+        for b, _ in RUNTIMES[i + 1 :]
+    ]
+    accuracy = np.mean(np.argmax(reference, -1) == test_y)
+    int8 = np.mean(np.argmax(outputs["TFLM"], -1) == test_y)
+    print(f"qat_fidelity {position}: {cells} runtimes {max(gaps)}", flush=True)
+    return [position, *cells, int(max(gaps)), f"{accuracy:.3f} / {int8:.3f}"]
+
+
+def _int8_outputs(model_bytes, x):
+    """`({runtime: int8 outputs as int64}, output scale, zero point)`."""
+    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+
+    outputs = {}
+    for name, resolver in RUNTIMES:
+        if resolver is None:
+            continue
+        interpreter = Interpreter(
+            model_content=model_bytes,
+            experimental_op_resolver_type=getattr(OpResolverType, resolver),
+        )
+        interpreter.allocate_tensors()
+        inp = interpreter.get_input_details()[0]
+        out = interpreter.get_output_details()[0]
+        rows = []
+        for example in x:
+            interpreter.set_tensor(inp["index"], example[None].astype(inp["dtype"]))
+            interpreter.invoke()
+            rows.append(interpreter.get_tensor(out["index"])[0])
+        outputs[name] = np.stack(rows).astype(np.int64)
+    raw, info = run_tflm(model_bytes, x.astype(inp["dtype"]))
+    if raw is None:
+        raise RuntimeError(f"TFLM did not run the model: {info['error']}")
+    outputs["TFLM"] = np.asarray(raw).astype(np.int64)
+    scale, zero = out["quantization"]
+    return outputs, scale, zero
