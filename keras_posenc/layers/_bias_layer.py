@@ -37,6 +37,11 @@ class BiasLayer(keras.layers.Layer):
             )
             k_pos = resolve_positions(key, 0, key_positions, self.position_ranks)
             bias = self.bias_between(q_pos, k_pos)
+        return self._returned(bias)
+
+    def _returned(self, bias):
+        """A float32 bias `(N, T, S)` / `(B, N, T, S)` as `call` returns it:
+        rank 4, in the compute dtype."""
         if bias.shape.rank == 3:
             bias = tf.expand_dims(bias, 0)  # (1, N, T, S); its gradient a reshape
         return tf.cast(bias, self.compute_dtype)

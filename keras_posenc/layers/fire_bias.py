@@ -155,10 +155,10 @@ class FireBias(BiasLayer):
         last = tf.cast(start_index + query_length - 1, tf.float32)
 
         def distinct():
-            row = self._bias_on_distinct_distances(
+            bias = self._bias_on_distinct_distances(
                 query_length, key_length, start_index
             )
-            return tf.cast(tf.expand_dims(row, 0), self.compute_dtype)
+            return self._returned(bias)
 
         return tf.cond(
             last < self.threshold, distinct, lambda: grid(query, key, start_index)
