@@ -41,14 +41,24 @@ def fast_only(values, fast, per_kind=False):
 
     `make check` then runs one value of each kind (`fast`), and `make test`
     runs them all (with `per_kind`: in the Keras 2 pass, those of
-    `per_kind_in_keras2`).
+    `per_kind_in_keras2`). A value may be a tuple of parameters: its first
+    one (a builder method) is what `fast` and `per_kind` read.
     """
-    unknown = set(fast) - set(values)
+
+    def first(value):
+        return value[0] if isinstance(value, tuple) else value
+
+    unknown = set(fast) - {first(value) for value in values}
     if unknown:
         raise ValueError(f"`fast` must be among `values`. Received: {sorted(unknown)}")
     if per_kind:
-        values = per_kind_in_keras2(values, keep=fast)
+        kept = set(per_kind_in_keras2([first(value) for value in values], keep=fast))
+        values = [value for value in values if first(value) in kept]
     return [
-        value if value in fast else pytest.param(value, marks=pytest.mark.slow)
+        value
+        if first(value) in fast
+        else pytest.param(
+            *(value if isinstance(value, tuple) else (value,)), marks=pytest.mark.slow
+        )
         for value in values
     ]

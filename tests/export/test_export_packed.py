@@ -11,6 +11,7 @@ SMALL = dict(hidden_dim=8, num_heads=2, num_layers=2, max_length=32)
 
 if IS_KERAS_3:  # one pass: the decode step's graph is the same ops in both
 
+    @pytest.mark.slow
     def test_a_packed_lm_exports_one_document_per_row():
         """The decode step reads no segments: the export generates as the model."""
         model = models.build_causal_lm(

@@ -104,7 +104,9 @@ def test_bad_arguments_are_refused():
         FireBias(2, bidirectional=1)
 
 
-@pytest.mark.parametrize("jit_compile", [False, True])
+@pytest.mark.parametrize(
+    "jit_compile", [False, pytest.param(True, marks=pytest.mark.slow)]
+)
 @pytest.mark.parametrize(
     "start,length,key_length",
     [(0, 5, 5), (0, 3, 9), (1, 6, 7), (2, 6, 8)],  # last query 4, 2 (< L); 6, 7

@@ -75,7 +75,7 @@ def test_each_method_is_causal_caches_exactly_and_generates_alike(position):
         assert (row[len(prompt) + 7 :] == 0).all()  # padding after the new tokens
 
 
-@pytest.mark.parametrize("position", ["t5", "dynamic_bias"])
+@pytest.mark.parametrize("position", fast_only(["t5", "dynamic_bias"], ("t5",)))
 def test_a_shared_bias_is_every_layer_adding_it_and_caches_exactly(position, tmp_path):
     shared = small(position, share_position_bias=True)
     separate = small(position)
@@ -160,7 +160,7 @@ LOOP_CASES = {
 }
 
 
-@pytest.mark.parametrize("case", fast_only(list(LOOP_CASES), ("greedy", "top_p")))
+@pytest.mark.parametrize("case", fast_only(list(LOOP_CASES), ("top_p",)))
 def test_the_compiled_loop_gives_the_step_loops_tokens(case):
     """Same tokens in one tf.while_loop as in the Python loop of the exports:
     ragged prompts, stop tokens, seeded draws, with and without the cache."""
@@ -187,7 +187,7 @@ def test_the_compiled_loop_gives_the_step_loops_tokens(case):
 DECODING_STATES = ("t5", "rope", "hpn", "fox", "recursive", "cope")
 
 
-@pytest.mark.parametrize("position", fast_only(DECODING_STATES, ("t5", "hpn")))
+@pytest.mark.parametrize("position", fast_only(DECODING_STATES, ("hpn",)))
 def test_the_loops_cache_reads_and_in_place_writes_give_the_step_loops_tokens(
     position,
 ):

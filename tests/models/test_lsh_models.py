@@ -3,7 +3,8 @@
 import numpy as np
 import pytest
 import tensorflow as tf
-from marks import per_kind_in_keras2
+from layer_checks import PRODUCER_KINDS
+from marks import fast_only
 
 from keras_posenc import models
 
@@ -25,7 +26,14 @@ def _classifier(position, **kwargs):
     )
 
 
-@pytest.mark.parametrize("position", per_kind_in_keras2(models.LSH_METHODS))
+@pytest.mark.parametrize(
+    "position",
+    fast_only(
+        models.LSH_METHODS,
+        [kind for kind in PRODUCER_KINDS if kind in models.LSH_METHODS],
+        per_kind=True,
+    ),
+)
 def test_every_method_runs_lsh_and_padding_never_reaches_real_tokens(position):
     model = _classifier(position)
     ids = np.random.default_rng(0).integers(1, 10, size=(2, 15))
@@ -39,6 +47,7 @@ def test_every_method_runs_lsh_and_padding_never_reaches_real_tokens(position):
     assert np.isfinite(model(ids[1:, :11]).numpy()).all()  # 3 chunks
 
 
+@pytest.mark.slow
 def test_an_lsh_encoder_fits_saves_and_reloads(tmp_path):
     model = _classifier("t5")
     model.compile(

@@ -1,7 +1,8 @@
 import numpy as np
 import pytest
 import tensorflow as tf
-from marks import per_kind_in_keras2
+from layer_checks import PRODUCER_KINDS
+from marks import fast_only, per_kind_in_keras2
 from packed_rows import assert_each_document_reads_as_alone
 
 from keras_posenc import RelativeMultiHeadAttention, models
@@ -44,7 +45,8 @@ def test_every_method_builds_fits_saves_and_reloads(position, tmp_path):
 
 
 @pytest.mark.parametrize(
-    "position", per_kind_in_keras2(models.POSITION_METHODS, keep=("none",))
+    "position",
+    fast_only(models.POSITION_METHODS, (*PRODUCER_KINDS, "none"), per_kind=True),
 )
 def test_only_none_is_blind_to_token_order(position):
     keras.utils.set_random_seed(2)
@@ -57,7 +59,13 @@ def test_only_none_is_blind_to_token_order(position):
     assert equivariant == (position == "none")
 
 
-@pytest.mark.parametrize("position", models.RELATIVE_METHODS)
+@pytest.mark.parametrize(
+    "position",
+    fast_only(
+        models.RELATIVE_METHODS,
+        [kind for kind in PRODUCER_KINDS if kind in models.RELATIVE_METHODS],
+    ),
+)
 def test_relative_methods_run_longer_than_their_tables(position):
     # 64 tokens, 8 real: the real tokens' logits equal those of the 8-token run.
     model = models.build_token_classifier(
@@ -133,8 +141,12 @@ def test_rejects_bad_num_classes():
 
 @pytest.mark.parametrize(
     "position, window",
-    [(p, None) for p in per_kind_in_keras2(models.POSITION_METHODS)]
-    + [(p, 4) for p in per_kind_in_keras2(models.LOCAL_METHODS)],
+    fast_only(
+        [(p, None) for p in models.POSITION_METHODS]
+        + [(p, 4) for p in models.LOCAL_METHODS],
+        PRODUCER_KINDS,
+        per_kind=True,
+    ),
 )
 def test_padding_and_packing_never_change_real_token_outputs(position, window):
     """Every method, one packed model: real tokens read the same with 2 or 7

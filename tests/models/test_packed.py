@@ -51,6 +51,7 @@ def test_unaligned_documents_never_see_each_other_block_local(position):
     assert not np.allclose(after[:, :5], before[:, :5])
 
 
+@pytest.mark.slow
 def test_a_packed_lm_fits_on_packed_rows_and_saves(tmp_path):
     documents = [np.arange(1, n + 1) % 29 + 1 for n in (3, 9, 5, 12, 4, 7, 2, 10)]
     inputs, labels, weights = lm.pack(documents, 16)

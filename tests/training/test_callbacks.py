@@ -1,11 +1,8 @@
-import doctest
-
 import numpy as np
 import pytest
 import tensorflow as tf
 
 from keras_posenc import models
-from keras_posenc.training import callbacks
 from keras_posenc.training.callbacks import PositionWarmup, find_generators
 
 keras = tf.keras
@@ -82,14 +79,6 @@ def test_ramp_applies_the_scaled_update():
 def test_find_generators(position, kinds):
     found = find_generators(_model(position))
     assert {type(layer).__name__ for layer in found} == kinds
-
-
-def test_docstring_example_runs():
-    tests = doctest.DocTestFinder().find(callbacks.PositionWarmup, globs={})
-    runner = doctest.DocTestRunner()
-    for test in tests:
-        runner.run(test)
-    assert runner.failures == 0 and tests[0].examples
 
 
 @pytest.mark.parametrize(
