@@ -301,7 +301,7 @@ def _digits_run(quick, seeds, methods=METHODS, name="qat"):
 
 def run_fidelity(quick):
     """The int8 model against its QAT model and the runtimes against each
-    other (`--only qat_fidelity`; `qat_fidelity_*.md`; ~40 s a method here)."""
+    other (`--only qat_fidelity`; `qat_fidelity_*.md`; ~45 s a method here)."""
     methods = ("none", "t5") if quick else QUANTIZED_METHODS
     rows = [_fidelity_row(position, quick) for position in methods]
     keras_name = "keras3" if keras_posenc.IS_KERAS_3 else "keras2"
@@ -312,7 +312,7 @@ def run_fidelity(quick):
         + "QAT int8 against its QAT Keras model, and int8 runtimes against each "
         "other: largest |difference| in output steps (mean)",
         ["position", *(f"QAT Keras vs {name}" for name in names)]
-        + ["largest gap between two runtimes", "accuracy QAT Keras / int8"],
+        + ["largest gap between two runtimes", "accuracy QAT Keras / int8 TFLM"],
         rows,
         [
             "a 2-layer token classifier (D=32, 4 heads, T=16) of the "
