@@ -62,3 +62,10 @@ def fast_only(values, fast, per_kind=False):
         )
         for value in values
     ]
+
+
+def kinds_fast(values, per_kind=False):
+    """`fast_only` with the methods of `values` that are `PRODUCER_KINDS` fast."""
+    return fast_only(
+        values, [kind for kind in PRODUCER_KINDS if kind in values], per_kind
+    )

@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
 import tensorflow as tf
-from layer_checks import PRODUCER_KINDS, check_layer
-from marks import fast_only
+from layer_checks import check_layer
+from marks import kinds_fast
 
 import tflite_export
 from keras_posenc import (
@@ -129,10 +129,7 @@ def test_padding_never_changes_real_tokens():
 
 @pytest.mark.parametrize(
     "position",
-    fast_only(
-        models.LOCAL_METHODS,
-        [kind for kind in PRODUCER_KINDS if kind in models.LOCAL_METHODS],
-    ),
+    kinds_fast(models.LOCAL_METHODS),
 )
 def test_every_method_runs_local_and_sees_only_its_band(position):
     model = models.build_token_classifier(

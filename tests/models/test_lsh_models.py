@@ -3,8 +3,7 @@
 import numpy as np
 import pytest
 import tensorflow as tf
-from layer_checks import PRODUCER_KINDS
-from marks import fast_only
+from marks import kinds_fast
 
 from keras_posenc import models
 
@@ -28,11 +27,7 @@ def _classifier(position, **kwargs):
 
 @pytest.mark.parametrize(
     "position",
-    fast_only(
-        models.LSH_METHODS,
-        [kind for kind in PRODUCER_KINDS if kind in models.LSH_METHODS],
-        per_kind=True,
-    ),
+    kinds_fast(models.LSH_METHODS, per_kind=True),
 )
 def test_every_method_runs_lsh_and_padding_never_reaches_real_tokens(position):
     model = _classifier(position)

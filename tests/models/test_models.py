@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from layer_checks import PRODUCER_KINDS
-from marks import fast_only, per_kind_in_keras2
+from marks import fast_only, kinds_fast, per_kind_in_keras2
 from packed_rows import assert_each_document_reads_as_alone
 
 from keras_posenc import RelativeMultiHeadAttention, models
@@ -61,10 +61,7 @@ def test_only_none_is_blind_to_token_order(position):
 
 @pytest.mark.parametrize(
     "position",
-    fast_only(
-        models.RELATIVE_METHODS,
-        [kind for kind in PRODUCER_KINDS if kind in models.RELATIVE_METHODS],
-    ),
+    kinds_fast(models.RELATIVE_METHODS),
 )
 def test_relative_methods_run_longer_than_their_tables(position):
     # 64 tokens, 8 real: the real tokens' logits equal those of the 8-token run.
