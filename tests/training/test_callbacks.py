@@ -1,3 +1,5 @@
+import doctest
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -79,6 +81,12 @@ def test_ramp_applies_the_scaled_update():
 def test_find_generators(position, kinds):
     found = find_generators(_model(position))
     assert {type(layer).__name__ for layer in found} == kinds
+
+
+def test_docstring_has_an_example():
+    """`tests/test_doctests.py` runs it; here, that there is one."""
+    tests = doctest.DocTestFinder().find(PositionWarmup, globs={})
+    assert tests and tests[0].examples
 
 
 @pytest.mark.parametrize(
