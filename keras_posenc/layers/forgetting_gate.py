@@ -60,6 +60,11 @@ class ForgettingGate(keras.layers.Layer):
         inputs: float tensor `(B, T, D)`, the hidden states the attention
             reads.
         mask: optional boolean `(B, T)`, real tokens (Keras' mask by default).
+        training: bool or None, Keras' training flag. In training the dense
+            bias runs as one XLA-compiled function
+            (`ops.forgetting.decay_bias(fused=True)`, the same values in one
+            pass over `(B, N, T, T)` where TensorFlow's kernels make four);
+            outside training (inference, every export) plain ops.
 
     Returns:
         A bias `(B, N, T, T)` in the compute dtype (`(B, N*nb, W, 3W)` with
@@ -128,11 +133,13 @@ class ForgettingGate(keras.layers.Layer):
         build_sublayer(self.gate_dense, (None, None, width))
         self.built = True
 
-    def call(self, inputs, mask=None):
+    def call(self, inputs, mask=None, training=None):
         log_forward, log_backward = self.log_gates(inputs, incoming_mask(inputs, mask))
         if self.attention_window is None:
             # A weight of exactly 0 either way; float16 would overflow to -inf.
-            bias = ops.forgetting.decay_bias(log_forward, log_backward, BIAS_FLOOR)
+            bias = ops.forgetting.decay_bias(
+                log_forward, log_backward, BIAS_FLOOR, fused=training is True
+            )
         else:
             window = self.attention_window
             bias = ops.forgetting.decay_band(log_forward, log_backward, window)

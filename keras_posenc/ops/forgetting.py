@@ -12,7 +12,7 @@ from keras_posenc.ops.blocks import block_positions, to_band, to_blocks
 from keras_posenc.ops.cache import rolling_positions, write_rows
 
 
-def decay_bias(log_forward, log_backward=None, floor=None):
+def decay_bias(log_forward, log_backward=None, floor=None, fused=False):
     """`(B, N, T, T)`: `c_i - c_j` for keys `j <= i` (0 after the query).
 
     With `log_backward` (bidirectional) keys after the query get
@@ -28,13 +28,21 @@ def decay_bias(log_forward, log_backward=None, floor=None):
     reductions per side (a training step of a 2-layer `fox` classifier at
     B=16, N=4, T=512: 2.0x -> 1.4x `none`, `benchmarks/results/speed_steps.md`;
     with TensorFlow's gradient of the floor, 1.55x).
+
+    With `fused=True` the pairs run as one function compiled by XLA (inside
+    a plain graph too): one pass over `(B, N, T, T)` where TensorFlow's
+    kernels make four (two subtractions, the select, the floor). The layer's
+    training path (`ForgettingGate`): 1.44x -> 1.26x `none`, measured as
+    above (`benchmarks/results/speed_steps.md`: 1.30x). The gradient stays
+    TensorFlow's reductions (compiled too it was no faster), and exports
+    trace without it: a converter gets the plain ops.
     """
     c = tf.transpose(tf.cumsum(log_forward, axis=1), [0, 2, 1])  # (B, N, T): c_t
     if log_backward is None:
         e = None
     else:  # exclusive running sum: e_t = sum_{l < t} log b_l
         e = tf.transpose(tf.cumsum(log_backward, axis=1, exclusive=True), [0, 2, 1])
-    return _pair_bias(c, e, floor)
+    return _pair_bias(c, e, floor, fused)
 
 
 def _lower(length):
@@ -44,10 +52,11 @@ def _lower(length):
 
 
 @tf.autograph.experimental.do_not_convert
-def _pair_bias(c, e, floor):
+def _pair_bias(c, e, floor, fused=False):
     """`where(j <= i, c_i - c_j, e_j - e_i)` `(B, N, T, T)` (0 after `i` without `e`).
 
     At least `floor` (unless None); the floor passes its gradient through.
+    `fused`: the pairs compiled by XLA as one function.
 
     The gradient reads nothing from the forward pass (its mask comes from
     the upstream gradient's shape): a SavedModel of a graph holding it
@@ -75,6 +84,9 @@ def _pair_bias(c, e, floor):
         upper_rows = tf.reduce_sum(upstream, axis=-1) - lower_rows  # j > i
         upper_columns = tf.reduce_sum(upstream, axis=-2) - lower_columns  # i < j
         return d_c, upper_columns - upper_rows
+
+    if fused:  # one XLA cluster (traced per shape) in a plain graph too
+        pairs = tf.function(pairs, jit_compile=True, autograph=False)
 
     if e is None:
 

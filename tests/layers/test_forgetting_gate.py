@@ -93,6 +93,11 @@ def test_bias_is_the_papers_running_sum_of_log_gates(bidirectional):
     np.testing.assert_allclose(
         gate(x, mask=mask).numpy(), fox_oracle(gate, x, mask), atol=1e-5
     )
+    # In training the pairs run as one XLA-compiled function: the same bias.
+    training = tf.function(lambda x, mask: gate(x, mask=mask, training=True))
+    np.testing.assert_allclose(
+        training(x, mask).numpy(), fox_oracle(gate, x, mask), atol=1e-5
+    )
 
 
 def test_starts_close_to_no_forgetting_and_never_adds():
@@ -181,11 +186,13 @@ def decay_gradient_oracle(log_forward, log_backward, upstream):
     return d_forward, d_backward
 
 
-@pytest.mark.parametrize("jit_compile", [False, True])
+@pytest.mark.parametrize(  # fused: the layer's training path (XLA pairs)
+    "jit_compile,fused", [(False, False), (True, False), (False, True)]
+)
 @pytest.mark.parametrize("bidirectional", [True, False])
 @pytest.mark.parametrize("floored", [False, True])
 def test_the_written_out_gradient_is_the_pairs_gradient(
-    bidirectional, floored, jit_compile
+    bidirectional, floored, jit_compile, fused
 ):
     from keras_posenc.ops.forgetting import decay_bias
 
@@ -204,7 +211,7 @@ def test_the_written_out_gradient_is_the_pairs_gradient(
         with tf.GradientTape() as tape:
             tape.watch([log_forward, log_backward])
             backward = log_backward if bidirectional else None
-            bias = decay_bias(log_forward, backward, floor)
+            bias = decay_bias(log_forward, backward, floor, fused=fused)
             loss = tf.reduce_sum(bias * tf.constant(upstream, tf.float32))
         return bias, tape.gradient(loss, [log_forward, log_backward])
 
