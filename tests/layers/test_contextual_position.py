@@ -181,7 +181,7 @@ def test_a_config_saved_before_the_two_sided_count_loads_one_sided():
     assert ContextualPosition.from_config(config).bidirectional is False
 
 
-@pytest.mark.parametrize("size", [64, 128, 130, 200])
+@pytest.mark.parametrize("size", [20, 64, 128, 130, 200])
 @pytest.mark.parametrize("reverse", [False, True])
 def test_the_blocked_running_sum_is_a_cumulative_sum(size, reverse):
     """Long axes are summed in blocks (padded to whole blocks): as NumPy's scan."""
