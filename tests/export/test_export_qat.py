@@ -1,6 +1,7 @@
 import numpy as np
 import pytest
 import tensorflow as tf
+from compiling import compile_built
 from marks import split_between_passes
 
 import tflite_export
@@ -61,11 +62,10 @@ def trained_qat(position, epochs=5, qat_epochs=1):
         num_heads=4,
         num_layers=2,
     )
-    loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-    model.compile(keras.optimizers.Adam(3e-3), loss, metrics=["accuracy"])
+    compile_built(model, 3e-3)
     model.fit(x, y, epochs=epochs, batch_size=64, verbose=0)
     qat = tflite_export.quantize_aware(model)  # the package's own, either Keras
-    qat.compile(keras.optimizers.Adam(5e-4), loss, metrics=["accuracy"])
+    compile_built(qat, 5e-4)
     qat.fit(x, y, epochs=qat_epochs, batch_size=64, verbose=0)
     return qat
 

@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 import tensorflow as tf
+from compiling import compile_built
 
 import tflite_export
 from keras_posenc import IS_KERAS_3
@@ -38,11 +39,10 @@ def trained_qat(position, layers=2, window=None):
         attention_window=window,
     )
     x = counting(320)
-    loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-    model.compile(keras.optimizers.Adam(3e-3), loss)
+    compile_built(model, 3e-3)
     model.fit(x[:, :-1], x[:, 1:], epochs=3, batch_size=32, verbose=0)
     qat = tflite_export.quantize_aware(model)
-    qat.compile(keras.optimizers.Adam(3e-4), loss)
+    compile_built(qat, 3e-4)
     qat.fit(x[:, :-1], x[:, 1:], epochs=1, batch_size=32, verbose=0)
     return qat
 
