@@ -6,6 +6,8 @@ needs no cumulative sum over the history, only the running value of the
 previous position (`step_sums`).
 """
 
+import functools
+
 import tensorflow as tf
 
 from keras_posenc.ops.blocks import block_positions, to_band, to_blocks
@@ -33,7 +35,7 @@ def decay_bias(log_forward, log_backward=None, floor=None, fused=False):
     a plain graph too): one pass over `(B, N, T, T)` where TensorFlow's
     kernels make four (two subtractions, the select, the floor). The layer's
     training path (`ForgettingGate`): 1.44x -> 1.26x `none`, measured as
-    above (`benchmarks/results/speed_steps.md`: 1.30x). The gradient stays
+    above (`benchmarks/results/speed_steps.md`: 1.31x). The gradient stays
     TensorFlow's reductions (compiled too it was no faster), and exports
     trace without it: a converter gets the plain ops.
     """
@@ -51,6 +53,27 @@ def _lower(length):
     return rows[None, :] <= rows[:, None]
 
 
+def _pairs(c, e, floor):
+    """`_pair_bias`'s values, without its gradient."""
+    before = c[:, :, :, None] - c[:, :, None, :]  # (B, N, T, T): c_i - c_j
+    at_or_before = _lower(tf.shape(c)[-1])
+    if e is None:
+        bias = tf.where(at_or_before, before, tf.zeros_like(before))
+    else:
+        after = e[:, :, None, :] - e[:, :, :, None]  # e_j - e_i
+        bias = tf.where(at_or_before, before, after)
+    return bias if floor is None else tf.maximum(bias, floor)
+
+
+@functools.cache
+def _compiled_pairs(floor):
+    """`_pairs` as one XLA-compiled function, one per floor: made once, so an
+    eager caller compiles once per shape, not at every call."""
+    return tf.function(
+        functools.partial(_pairs, floor=floor), jit_compile=True, autograph=False
+    )
+
+
 @tf.autograph.experimental.do_not_convert
 def _pair_bias(c, e, floor, fused=False):
     """`where(j <= i, c_i - c_j, e_j - e_i)` `(B, N, T, T)` (0 after `i` without `e`).
@@ -63,15 +86,7 @@ def _pair_bias(c, e, floor, fused=False):
     saves its gradient too, which a closure over a forward tensor forbids.
     """
 
-    def pairs(c, e):
-        before = c[:, :, :, None] - c[:, :, None, :]  # (B, N, T, T): c_i - c_j
-        at_or_before = _lower(tf.shape(c)[-1])
-        if e is None:
-            bias = tf.where(at_or_before, before, tf.zeros_like(before))
-        else:
-            after = e[:, :, None, :] - e[:, :, :, None]  # e_j - e_i
-            bias = tf.where(at_or_before, before, after)
-        return bias if floor is None else tf.maximum(bias, floor)
+    pairs = _compiled_pairs(floor) if fused else functools.partial(_pairs, floor=floor)
 
     def gradient(upstream, two_sided):
         at_or_before = _lower(tf.shape(upstream)[-1])
@@ -84,9 +99,6 @@ def _pair_bias(c, e, floor, fused=False):
         upper_rows = tf.reduce_sum(upstream, axis=-1) - lower_rows  # j > i
         upper_columns = tf.reduce_sum(upstream, axis=-2) - lower_columns  # i < j
         return d_c, upper_columns - upper_rows
-
-    if fused:  # one XLA cluster (traced per shape) in a plain graph too
-        pairs = tf.function(pairs, jit_compile=True, autograph=False)
 
     if e is None:
 
