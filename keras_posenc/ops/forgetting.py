@@ -34,7 +34,7 @@ def decay_bias(log_forward, log_backward=None, floor=None, fused=False):
     With `fused=True` the pairs run as one function compiled by XLA (inside
     a plain graph too): one pass over `(B, N, T, T)` where TensorFlow's
     kernels make four (two subtractions, the select, the floor). The layer's
-    training path (`ForgettingGate`): 1.44x -> 1.26x `none`, measured as
+    training path (`ForgettingGate`): 1.44x -> 1.26-1.28x `none`, measured as
     above (`benchmarks/results/speed_steps.md`: 1.31x). The gradient stays
     TensorFlow's reductions (compiled too it was no faster), and exports
     trace without it: a converter gets the plain ops.
