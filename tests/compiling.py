@@ -15,9 +15,8 @@ def compile_built(model, learning_rate):
     (the same variables and initial values), the step is traced once: a test
     that trains a QAT LM (`tests/export/test_export_qat_lm.py`) 31 -> 21 s
     here. No metrics: a compiled metric's variables would be created in the
-    trace too. (`CausalLM.compile` builds it itself: then nothing is left.)
+    trace too.
     """
     loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
     model.compile(keras.optimizers.Adam(learning_rate), loss)
-    if not getattr(model.optimizer, "built", False):  # Keras 2's says nothing
-        model.optimizer.build(model.trainable_variables)
+    model.optimizer.build(model.trainable_variables)

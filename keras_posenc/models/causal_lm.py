@@ -159,28 +159,6 @@ class CausalLM(Generating, keras.Model):
         self._parts = types.SimpleNamespace(stack=stack, embedding=embedding, head=head)
         self._lm_config = config
 
-    def compile(self, *args, **kwargs):
-        """Keras' `compile`; then the optimizer is built on the model's weights.
-
-        Both Keras modes otherwise create the optimizer's variables inside
-        the first trace of the training step, and TensorFlow traces a step
-        that created variables a second time. Built here (the same variables
-        and initial values), `fit` traces it once: a quantization-aware LM's
-        first step ~7 s sooner (`tests/compiling.py`). Optimizers without
-        `build` (Keras 2's legacy ones) are left as they are; Keras 2's
-        `build` returns at once when built (its optimizers say so in no
-        public attribute), Keras 3's is skipped when `built`.
-        """
-        super().compile(*args, **kwargs)
-        optimizer = getattr(self, "optimizer", None)
-        if (
-            optimizer is not None
-            and not getattr(optimizer, "built", False)
-            and callable(getattr(optimizer, "build", None))
-            and all(layer.built for layer in self._flatten_layers())
-        ):
-            optimizer.build(self.trainable_variables)
-
     def get_config(self):
         config = {"name": self.name, "trainable": self.trainable, **self._lm_config}
         rotary = [x for x in nested_layers(self) if isinstance(x, RotaryEmbedding)]

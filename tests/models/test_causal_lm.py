@@ -263,31 +263,6 @@ def test_seeded_sampling_is_reproducible_and_top_k_one_is_greedy():
     np.testing.assert_array_equal(model.generate([[1, 2]], 8, "top_k", top_k=1), greedy)
 
 
-def test_compile_builds_the_optimizer_so_fit_traces_the_step_once(monkeypatch):
-    """Built in `compile`, the optimizer creates no variable inside the
-    training step's first trace, which TensorFlow would then trace again:
-    the model's `call` runs once in the first `fit`, twice without it."""
-    model = small("t5", num_layers=1)
-    calls = []
-    call = CausalLM.call
-
-    def counted(self, *args, **kwargs):
-        calls.append(1)
-        return call(self, *args, **kwargs)
-
-    monkeypatch.setattr(CausalLM, "call", counted)
-    loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-    model.compile(keras.optimizers.Adam(1e-3), loss)
-    x = tokens(batch=8, length=9)
-    model.fit(x[:, :-1], x[:, 1:], verbose=0)
-    assert len(calls) == 1
-    calls.clear()
-    plain = small("t5", num_layers=1)
-    keras.Model.compile(plain, keras.optimizers.Adam(1e-3), loss)  # not built
-    plain.fit(x[:, :-1], x[:, 1:], verbose=0)
-    assert len(calls) == 2  # the case the build avoids (so the count can fail)
-
-
 @pytest.mark.slow
 def test_fit_save_and_load_round_trip(tmp_path):
     model = small("hybrid", dropout=0.1)
