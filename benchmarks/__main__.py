@@ -27,6 +27,7 @@ from benchmarks import (
 BENCHMARKS = {
     "speed": speed,
     "speed_steps": SimpleNamespace(run=speed.run_steps),  # one of speed's tables
+    "speed_peers": SimpleNamespace(run=speed.run_peers),  # another
     "profile": profile,
     "scaling": scaling,
     "local": local,

@@ -283,44 +283,52 @@ def encoder_rows(batch, length, width, rounds):
     ]
 
 
-def run(quick):
+def run_peers(quick):
+    """The `speed_peers` table alone (`python -m benchmarks --only speed_peers`)."""
+    if not peers.available():
+        print(f"speed_peers: skipped, it needs {peers.NEEDS}\n")
+        return
     sizes = QUICK_ATTENTION_SIZES if quick else ATTENTION_SIZES
     rounds = 3 if quick else 21
     smoke = " (--quick: a smoke run)" if quick else ""
-    if peers.available():
-        write(
-            "speed_peers",
-            "Attention forward+backward: ours against the peer layer doing the "
-            "same work" + smoke,
-            [
-                "size",
-                "ours",
-                "projection biases",
-                "peer",
-                "graph ms, ours / peer",
-                "x peer",
-                "XLA ms, ours / peer",
-                "x peer (XLA)",
-                "max |ours - peer|",
-            ],
-            [row for size in sizes for row in peer_rows(*size, rounds)],
-            [
-                f"medians over {rounds} rounds of 3 calls; in each round the peer runs "
-                "right before ours and the ratio is the median of those pairs (in "
-                "brackets: their quartiles, the spread between rounds)",
-                "max |ours - peer|: the outputs' largest difference with the peer's "
-                "weights copied into ours (the same function; benchmarks/peers.py)",
-                "goal: every one of ours at most 1.00x its peer; clipped and "
-                "dynamic_bias at most 1.05x keras-hub's T5 layer (its bias included)",
-                "every gradient is a dense tensor, as Keras' Adam reads it; in the "
-                "row \"t5, peer's gradient sparse\" keras-hub's bias-table gradient "
-                "is left as the gather's IndexedSlices (one row per element of the "
-                "(T, S) grid, not yet summed per bucket: Adam sums it, "
-                "benchmarks/_common.py fwd_bwd)",
-            ],
-        )
-    else:
-        print(f"speed_peers: skipped, it needs {peers.NEEDS}\n")
+    write(
+        "speed_peers",
+        "Attention forward+backward: ours against the peer layer doing the "
+        "same work" + smoke,
+        [
+            "size",
+            "ours",
+            "projection biases",
+            "peer",
+            "graph ms, ours / peer",
+            "x peer",
+            "XLA ms, ours / peer",
+            "x peer (XLA)",
+            "max |ours - peer|",
+        ],
+        [row for size in sizes for row in peer_rows(*size, rounds)],
+        [
+            f"medians over {rounds} rounds of 3 calls; in each round the peer runs "
+            "right before ours and the ratio is the median of those pairs (in "
+            "brackets: their quartiles, the spread between rounds)",
+            "max |ours - peer|: the outputs' largest difference with the peer's "
+            "weights copied into ours (the same function; benchmarks/peers.py)",
+            "goal: every one of ours at most 1.00x its peer; clipped and "
+            "dynamic_bias at most 1.05x keras-hub's T5 layer (its bias included)",
+            "every gradient is a dense tensor, as Keras' Adam reads it; in the "
+            "row \"t5, peer's gradient sparse\" keras-hub's bias-table gradient "
+            "is left as the gather's IndexedSlices (one row per element of the "
+            "(T, S) grid, not yet summed per bucket: Adam sums it, "
+            "benchmarks/_common.py fwd_bwd)",
+        ],
+    )
+
+
+def run(quick):
+    run_peers(quick)
+    sizes = QUICK_ATTENTION_SIZES if quick else ATTENTION_SIZES
+    rounds = 3 if quick else 21
+    smoke = " (--quick: a smoke run)" if quick else ""
     rows = []
     for size in sizes:
         rows += attention_rows(*size, rounds)

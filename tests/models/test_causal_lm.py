@@ -263,6 +263,34 @@ def test_seeded_sampling_is_reproducible_and_top_k_one_is_greedy():
     np.testing.assert_array_equal(model.generate([[1, 2]], 8, "top_k", top_k=1), greedy)
 
 
+def test_fit_traces_the_training_step_once(monkeypatch):
+    """The optimizer built before the first trace (`make_train_function`)
+    creates no variable inside it, which TensorFlow would trace again: the
+    model's `call` runs once in the first `fit`, twice without the build."""
+    model = small("t5", num_layers=1)
+    calls = []
+    call = CausalLM.call
+
+    def counted(self, *args, **kwargs):
+        calls.append(1)
+        return call(self, *args, **kwargs)
+
+    monkeypatch.setattr(CausalLM, "call", counted)
+    loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    model.compile(keras.optimizers.Adam(1e-3), loss)
+    x = tokens(batch=8, length=9)
+    model.fit(x[:, :-1], x[:, 1:], verbose=0)
+    assert len(calls) == 1
+    calls.clear()
+    plain = small("t5", num_layers=1)
+    plain.compile(keras.optimizers.Adam(1e-3), loss)
+    monkeypatch.setattr(
+        CausalLM, "make_train_function", keras.Model.make_train_function
+    )
+    plain.fit(x[:, :-1], x[:, 1:], verbose=0)
+    assert len(calls) == 2  # the case the build avoids (so the count can fail)
+
+
 @pytest.mark.slow
 def test_fit_save_and_load_round_trip(tmp_path):
     model = small("hybrid", dropout=0.1)
@@ -279,6 +307,11 @@ def test_fit_save_and_load_round_trip(tmp_path):
     np.testing.assert_array_equal(
         loaded.generate([[1, 2]], 5), model.generate([[1, 2]], 5)
     )
+    # Loaded compiled: it trains on without `compile`, its optimizer's state kept.
+    assert int(loaded.optimizer.iterations) == int(model.optimizer.iterations) == 2
+    loaded.fit(x[:, :-1], x[:, 1:], verbose=0)
+    assert int(loaded.optimizer.iterations) == 3
+    assert not np.allclose(loaded(x), model(x), atol=1e-6)
 
 
 def test_config_holds_every_constructor_argument():
