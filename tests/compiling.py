@@ -15,7 +15,9 @@ def compile_built(model, learning_rate):
     (the same variables and initial values), the step is traced once: a test
     that trains a QAT LM (`tests/export/test_export_qat_lm.py`) 31 -> 21 s
     here. No metrics: a compiled metric's variables would be created in the
-    trace too.
+    trace too. A `CausalLM` (the QAT LMs) now builds it itself
+    (`CausalLM.make_train_function`); the functional QAT classifiers
+    (`tests/export/test_export_qat.py`) still need it here.
     """
     loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
     model.compile(keras.optimizers.Adam(learning_rate), loss)
