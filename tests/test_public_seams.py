@@ -1,6 +1,7 @@
 """Other packages reach keras_posenc through public doors only (docs/style.md)."""
 
 import ast
+import functools
 import pathlib
 
 import pytest
@@ -14,8 +15,10 @@ def sources(*folders):
         yield from sorted((ROOT / folder).rglob("*.py"))
 
 
+@functools.cache
 def private_attributes():
-    """Every `_name` (not dunder) that keras_posenc defines or assigns."""
+    """Every `_name` (not dunder) that keras_posenc defines or assigns (read
+    once a pass: the package's sources do not change under the tests)."""
     names = set()
     for path in sources("keras_posenc"):
         for node in ast.walk(ast.parse(path.read_text())):
@@ -23,7 +26,7 @@ def private_attributes():
                 names.add(node.name)
             elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
                 names.add(node.attr)
-    return {n for n in names if n.startswith("_") and not n.startswith("__")}
+    return frozenset(n for n in names if n.startswith("_") and not n.startswith("__"))
 
 
 def is_private(name):
