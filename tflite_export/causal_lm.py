@@ -26,6 +26,7 @@ from tflite_export.convert import (
     ExportError,
     check_integer_ops,
     refuse_float_only_layers,
+    save_for_converter,
 )
 from tflite_export.convert import frozen as freeze
 from tflite_export.integer_islands import integer_update_slices
@@ -205,7 +206,7 @@ def convert_causal_lm(
             # Weights frozen into constants: the converter keeps variables of
             # multi-signature SavedModels as READ_VARIABLE ops otherwise.
             frozen = {key: freeze(function) for key, function in signatures.items()}
-            tf.saved_model.save(tf.Module(), path, signatures=frozen)
+            save_for_converter(path, frozen)
         converter = tf.lite.TFLiteConverter.from_saved_model(path, signature_keys=keys)
         if mode == "int8":
             converter.optimizations = [tf.lite.Optimize.DEFAULT]

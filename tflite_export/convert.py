@@ -274,6 +274,20 @@ def frozen(function):
     return tf.function(named).get_concrete_function(*args, **kwargs)
 
 
+def save_for_converter(folder, signatures):
+    """Save `signatures` to `folder` for `TFLiteConverter.from_saved_model`.
+
+    Without their custom gradients: loading a SavedModel registers each one
+    in TensorFlow's global gradient registry, which never lets go of it, so
+    every conversion kept its loaded graphs alive for the rest of the
+    process (~35,000 objects a causal LM; each later garbage collection,
+    the converter's own included, walked them all). The converter needs no
+    gradient.
+    """
+    options = tf.saved_model.SaveOptions(experimental_custom_gradients=False)
+    tf.saved_model.save(tf.Module(), folder, signatures=signatures, options=options)
+
+
 def _converter(static, shape, dtype, folder):
     """A converter of `static`'s call, frozen and saved to `folder`.
 
@@ -290,7 +304,7 @@ def _converter(static, shape, dtype, folder):
         return {"output_0": outputs}
 
     function = frozen(tf.function(serve).get_concrete_function(spec))
-    tf.saved_model.save(tf.Module(), folder, signatures=function)
+    save_for_converter(folder, function)
     return tf.lite.TFLiteConverter.from_saved_model(folder)
 
 

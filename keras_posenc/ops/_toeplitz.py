@@ -2,6 +2,7 @@
 
 import tensorflow as tf
 
+from keras_posenc.ops._gradient import registered_gradient
 from keras_posenc.ops.attention import in_xla
 
 #: Elements per head of the largest block of rows whose diagonals the
@@ -32,23 +33,24 @@ def toeplitz(row, query_length, key_length):
 
     if in_xla():
         return forward(row)
+    return _expand(forward, row)
 
-    @tf.custom_gradient
-    def expand(row):
-        def grad(upstream):  # (N, T, S) -> (N, T + S - 1)
-            if not (isinstance(t, int) and isinstance(s, int)):
-                return _diagonal_sums(upstream, t, s)
-            rows = max(1, min(t, TOEPLITZ_BLOCK // s))
-            blocks = []
-            for start in range(0, t, rows):  # block distances -(c-1)-start ..
-                c = min(rows, t - start)
-                sums = _diagonal_sums(upstream[:, start : start + c], c, s)
-                blocks.append(tf.pad(sums, [[0, 0], [t - c - start, start]]))
-            return tf.add_n(blocks)
 
-        return forward(row), grad
-
-    return expand(row)
+@registered_gradient("KerasPosencToeplitz")
+def _expand(upstream):
+    """`(N, T, S)` upstream -> `[(N, T + S - 1)]`, its diagonal sums; with
+    static lengths, on blocks of at most `TOEPLITZ_BLOCK` elements per head."""
+    t, s = upstream.shape[1], upstream.shape[2]
+    if t is None or s is None:
+        shape = tf.shape(upstream)
+        return [_diagonal_sums(upstream, shape[1], shape[2])]
+    rows = max(1, min(t, TOEPLITZ_BLOCK // s))
+    blocks = []
+    for start in range(0, t, rows):  # block distances -(c-1)-start ..
+        c = min(rows, t - start)
+        sums = _diagonal_sums(upstream[:, start : start + c], c, s)
+        blocks.append(tf.pad(sums, [[0, 0], [t - c - start, start]]))
+    return [tf.add_n(blocks)]
 
 
 def _diagonal_sums(upstream, t, s):

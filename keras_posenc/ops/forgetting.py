@@ -10,6 +10,7 @@ import functools
 
 import tensorflow as tf
 
+from keras_posenc.ops._gradient import registered_gradient
 from keras_posenc.ops.blocks import block_positions, to_band, to_blocks
 from keras_posenc.ops.cache import rolling_positions, write_rows
 
@@ -88,31 +89,31 @@ def _pair_bias(c, e, floor, fused=False):
 
     pairs = _compiled_pairs(floor) if fused else functools.partial(_pairs, floor=floor)
 
-    def gradient(upstream, two_sided):
-        at_or_before = _lower(tf.shape(upstream)[-1])
-        lower = tf.where(at_or_before, upstream, tf.zeros_like(upstream))
-        lower_rows = tf.reduce_sum(lower, axis=-1)  # sum over j <= i, per i
-        lower_columns = tf.reduce_sum(lower, axis=-2)  # sum over i >= j, per j
-        d_c = lower_rows - lower_columns
-        if not two_sided:
-            return d_c
-        upper_rows = tf.reduce_sum(upstream, axis=-1) - lower_rows  # j > i
-        upper_columns = tf.reduce_sum(upstream, axis=-2) - lower_columns  # i < j
-        return d_c, upper_columns - upper_rows
-
     if e is None:
+        return _one_sided(lambda c: pairs(c, None), c)
+    return _two_sided(pairs, c, e)
 
-        @tf.custom_gradient
-        def one_sided(c):
-            return pairs(c, None), lambda upstream: gradient(upstream, False)
 
-        return one_sided(c)
+def _pairs_gradient(upstream, two_sided):
+    """`decay_bias`'s gradient into `c` (and `e` if `two_sided`)."""
+    at_or_before = _lower(tf.shape(upstream)[-1])
+    lower = tf.where(at_or_before, upstream, tf.zeros_like(upstream))
+    lower_rows = tf.reduce_sum(lower, axis=-1)  # sum over j <= i, per i
+    lower_columns = tf.reduce_sum(lower, axis=-2)  # sum over i >= j, per j
+    d_c = lower_rows - lower_columns
+    if not two_sided:
+        return [d_c]
+    upper_rows = tf.reduce_sum(upstream, axis=-1) - lower_rows  # j > i
+    upper_columns = tf.reduce_sum(upstream, axis=-2) - lower_columns  # i < j
+    return [d_c, upper_columns - upper_rows]
 
-    @tf.custom_gradient
-    def two_sided(c, e):
-        return pairs(c, e), lambda upstream: gradient(upstream, True)
 
-    return two_sided(c, e)
+_one_sided = registered_gradient("KerasPosencDecayBias")(
+    functools.partial(_pairs_gradient, two_sided=False)
+)
+_two_sided = registered_gradient("KerasPosencTwoSidedDecayBias")(
+    functools.partial(_pairs_gradient, two_sided=True)
+)
 
 
 def decay_band(log_forward, log_backward, window):

@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 import tensorflow as tf
+from marks import split_between_passes
 
-from keras_posenc import IS_KERAS_3
 from keras_posenc.models import build_causal_lm
 from tflite_export import (
     ExportError,
@@ -32,9 +32,12 @@ def calibration(length=30):
     return np.random.default_rng(0).integers(1, VOCAB, (4, length))
 
 
-#: One method per kind of in-cache position (bias table, rotation; under
-#: Keras 2 the bias only: the TFLite graph is the same ops in both modes).
-STREAMED = ("t5", "rope", "xpos", "fire", "fox") if IS_KERAS_3 else ("alibi",)
+#: One method per kind of in-cache position (bias table, rotation, the
+#: gate's sums), split between the passes (the TFLite graph is the same ops
+#: in both modes): each pass streams a bias table and a rotation.
+STREAMED = split_between_passes(
+    ("t5", "alibi", "rope", "xpos", "fire", "fox"), keras2=("alibi", "rope", "fire")
+)
 
 
 @pytest.mark.parametrize("position", STREAMED)

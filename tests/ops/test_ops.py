@@ -156,6 +156,42 @@ def test_toeplitz_and_its_gradient_match_numpy(length, keys, block, monkeypatch)
     assert "UnsortedSegmentSum" in kinds[1]
 
 
+#: The ops with a written-out gradient, each on a `(2, 3, 5)` input.
+CUSTOM_GRADIENTS = {
+    "toeplitz": lambda x: ops.toeplitz(tf.reshape(x, [2, 15])[:, :9], 5, 5),
+    "decay_bias": lambda x: ops.forgetting.decay_bias(x),
+    "two_sided_decay_bias": lambda x: ops.forgetting.decay_bias(x, -x, floor=-2.0),
+}
+
+
+@pytest.mark.parametrize("name", list(CUSTOM_GRADIENTS))
+def test_a_traced_custom_gradient_leaves_no_graph_alive(name):
+    """`tf.custom_gradient` in a graph registers its gradient in TensorFlow's
+    global registry, which kept every graph traced through it (a model's
+    whole training step) alive for the rest of the process. The tape's
+    gradient and `tf.gradients` (the registered one) agree."""
+    import gc
+    import weakref
+
+    x = tf.random.normal([2, 3, 5], seed=1)
+    op = CUSTOM_GRADIENTS[name]
+
+    def step(x):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            loss = tf.reduce_sum(op(x) ** 2)
+        return tape.gradient(loss, x), tf.gradients(loss, x)[0]
+
+    function = tf.function(step)
+    on_tape, symbolic = function(x)
+    np.testing.assert_allclose(on_tape, symbolic, rtol=1e-6)
+    assert np.abs(on_tape.numpy()).max() > 0
+    graph = weakref.ref(function.get_concrete_function(x).graph)
+    del function
+    gc.collect()
+    assert graph() is None
+
+
 def test_head_products_take_each_modes_faster_form_with_one_answer():
     """An Einsum traced for XLA, transposes and a batched matmul otherwise."""
     q = tf.random.stateless_normal((2, 5, 3, 4), seed=(0, 1))
