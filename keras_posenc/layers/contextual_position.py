@@ -53,6 +53,12 @@ class ContextualPosition(keras.layers.Layer):
             `i` is key `i + query_offset`); read by the two-sided count only.
             Defaults to `S - T` (the queries are the last keys; a
             block-local band's W queries are its keys `W .. 2W - 1`).
+        training: bool or None, Keras' training flag. In training the
+            interpolation runs as one XLA-compiled function
+            (`ops.contextual.interpolated_logits(fused=True)`, the same values
+            and gradients; XLA's gathers and scatters are several times
+            TensorFlow's here); outside training (inference, every export)
+            plain ops.
 
     Returns:
         A float32 term `(B, N, T, S)` to add to the logits.
@@ -108,9 +114,11 @@ class ContextualPosition(keras.layers.Layer):
         )
         self.built = True
 
-    def call(self, queries, logits, mask=None, query_offset=None):
+    def call(self, queries, logits, mask=None, query_offset=None, training=None):
         positions = self.positions(logits, mask, query_offset)
-        return ops.contextual.interpolated_logits(queries, self.embeddings, positions)
+        return ops.contextual.interpolated_logits(
+            queries, self.embeddings, positions, fused=training is True
+        )
 
     def compute_output_shape(self, queries_shape, logits_shape=None, mask_shape=None):
         return tuple(logits_shape)

@@ -552,7 +552,9 @@ class RelativeMultiHeadAttention(
             # Block-local, a band's W queries are its keys W .. 2W - 1.
             window = self.attention_window
             offset = {} if window is None else {"query_offset": window}
-            term = self.contextual_position(queries, logits, mask, **offset)
+            term = self.contextual_position(
+                queries, logits, mask, training=training, **offset
+            )
             bias = _plus(bias, term)
         weights = self._weights(logits, bias, mask, training)
         dropped = self._dropout_layer(weights, training=training)

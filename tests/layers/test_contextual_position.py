@@ -193,10 +193,13 @@ def test_the_blocked_running_sum_is_a_cumulative_sum(size, reverse):
     np.testing.assert_allclose(got, want, rtol=1e-5)
 
 
+@pytest.mark.parametrize("training", [False, True])  # True: XLA's interpolation
 @pytest.mark.parametrize("bidirectional", [False, True])
-def test_a_long_term_and_its_gradient_match_the_plain_scan_and_gathers(bidirectional):
+def test_a_long_term_and_its_gradient_match_the_plain_scan_and_gathers(
+    bidirectional, training
+):
     """At 160 keys (blocked sums): the term and its gradients as those of
-    the paper's plain cumsum and two gathers."""
+    the paper's plain cumsum and two gathers, in a graph."""
     rng = np.random.default_rng(2)
     queries = rng.normal(size=(1, 160, 2, 4)).astype("float32")
     logits = rng.normal(size=(1, 2, 160, 160)).astype("float32")
@@ -229,10 +232,15 @@ def test_a_long_term_and_its_gradient_match_the_plain_scan_and_gathers(bidirecti
 
     upstream = tf.constant(rng.normal(size=logits.shape).astype("float32"))
     results = []
-    for term in (lambda q, lg: cope(q, lg, m), plain):
-        with tf.GradientTape() as tape:
-            tape.watch([q, lg])
-            loss = tf.reduce_sum(term(q, lg) * upstream)
-        results.append([loss] + tape.gradient(loss, [q, lg, cope.embeddings]))
+    for term in (lambda q, lg: cope(q, lg, m, training=training), plain):
+
+        @tf.function
+        def gradients(q, lg, term=term):
+            with tf.GradientTape() as tape:
+                tape.watch([q, lg])
+                loss = tf.reduce_sum(term(q, lg) * upstream)
+            return [loss] + tape.gradient(loss, [q, lg, cope.embeddings])
+
+        results.append(gradients(q, lg))
     for got, want in zip(*results):
         np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-4, atol=1e-4)

@@ -191,20 +191,21 @@ def decay_gradient_oracle(log_forward, log_backward, upstream):
 )
 @pytest.mark.parametrize("bidirectional", [True, False])
 @pytest.mark.parametrize("floored", [False, True])
+@pytest.mark.parametrize("length", [9, 70])  # one block (padded), three
 def test_the_written_out_gradient_is_the_pairs_gradient(
-    bidirectional, floored, jit_compile, fused
+    bidirectional, floored, jit_compile, fused, length
 ):
     from keras_posenc.ops.forgetting import decay_bias
 
     rng = np.random.default_rng(3)
-    shape, floor = (2, 9, 3), -1e4
+    shape, floor = (2, length, 3), -1e4
     log_forward = -rng.exponential(size=shape)
     log_backward = -rng.exponential(size=shape) if bidirectional else None
     if floored:  # one closed gate per side: every pair across it is floored
         log_forward[0, 4, 1] = -2e4
         if bidirectional:
             log_backward[1, 6, 2] = -3e4
-    upstream = rng.normal(size=(2, 3, 9, 9))
+    upstream = rng.normal(size=(2, 3, length, length))
 
     @tf.function(jit_compile=jit_compile)
     def gradients(log_forward, log_backward):
@@ -230,6 +231,31 @@ def test_the_written_out_gradient_is_the_pairs_gradient(
         np.testing.assert_allclose(d_backward.numpy(), want_backward, atol=1e-4)
     else:
         assert d_backward is None
+
+
+@pytest.mark.parametrize("length", [64, 70])  # a multiple of the block, or padded
+def test_the_pairs_gradient_is_the_same_at_an_unknown_length(length):
+    from keras_posenc.ops.forgetting import PAIR_BLOCK, decay_bias
+
+    assert length // PAIR_BLOCK >= 2  # blocks off the diagonal take part
+    rng = np.random.default_rng(5)
+    gates = [
+        tf.constant(-rng.exponential(size=(2, length, 3)), tf.float32) for _ in range(2)
+    ]
+    upstream = tf.constant(rng.normal(size=(2, 3, length, length)), tf.float32)
+
+    def gradients(log_forward, log_backward):
+        with tf.GradientTape() as tape:
+            tape.watch([log_forward, log_backward])
+            bias = decay_bias(log_forward, log_backward, -1e4)
+            loss = tf.reduce_sum(bias * upstream[:, :, : tf.shape(bias)[2]])
+        return tape.gradient(loss, [log_forward, log_backward])
+
+    unknown = tf.TensorSpec([None, None, 3], tf.float32)
+    traced = tf.function(gradients, input_signature=[unknown, unknown])
+    assert traced.get_concrete_function().structured_outputs[0].shape[1] is None
+    for got, want in zip(traced(*gates), tf.function(gradients)(*gates)):
+        np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-5, atol=1e-5)
 
 
 def test_in_attention_a_floored_pair_gets_the_floors_own_gradient():
