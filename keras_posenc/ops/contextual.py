@@ -5,8 +5,12 @@ counts run over every query-key pair: they are summed in blocks by a small
 triangular product (`running_sum`), not by TensorFlow's one-core scan.
 """
 
+import functools
+
 import numpy as np
 import tensorflow as tf
+
+from keras_posenc.ops._gradient import registered_gradient
 
 # Keys per block of `running_sum`: a (16, 16) triangle keeps the product's
 # cost near a plain scan's while it runs as a matrix product on every core.
@@ -45,13 +49,11 @@ def contextual_positions(
     query_keys = tf.range(queries) + query_offset  # (T,): each query's key
     after = tf.cast(tf.range(keys)[None, :] > query_keys[:, None], tf.float32)
     from_query = tf.cast(tf.range(keys)[None, :] >= query_keys[:, None], tf.float32)
-    before = running_sum(gates * (1.0 - after), reverse=True)
-    beyond = running_sum(gates * from_query)
+    before = running_sum(gates * (1.0 - after), reverse=True)  # 0 after the query
+    beyond = running_sum(gates * from_query) * after  # 0 at or before it
     limit = float(max_position)
-    return (
-        tf.minimum(before, limit) * (1.0 - after)
-        + (limit + 1.0 + tf.minimum(beyond, limit)) * after
-    )
+    # One clamp for both sides (their counts never overlap), then the offset.
+    return tf.minimum(before + beyond, limit) + (limit + 1.0) * after
 
 
 def interpolated_logits(queries, embeddings, positions, fused=False):
@@ -93,15 +95,25 @@ def running_sum(x, reverse=False):
     """`tf.cumsum(x, axis=-1, reverse=reverse)`, in blocks when the axis is long.
 
     TensorFlow's CPU scan runs on one core; here each block of `SCAN_BLOCK`
-    values is summed by a product with a triangle of ones and the blocks'
-    totals by a scan a 64th as long (`benchmarks/results/speed_steps.md`
-    measures the whole layer, `cope`). The order of the additions differs from the
-    plain scan's: sums agree to float32 rounding. Axes shorter than two
+    values is summed by a product with a triangle of ones, and the blocks'
+    totals (each block's first or last sum) by the same running sum, a 16th
+    as long, so no scan runs at any length past two blocks. The gradient is
+    the running sum of the upstream gradient the other way (as a scan's),
+    not the product's, slices' and broadcasts' own (`benchmarks/results/speed_steps.md`
+    measures the whole layer, `cope`). The order of the additions differs from
+    the plain scan's: sums agree to float32 rounding. Axes shorter than two
     blocks, or of unknown length, take the plain scan.
     """
     size = x.shape[-1]
     if size is None or size < 2 * SCAN_BLOCK:
         return tf.cumsum(x, axis=-1, reverse=reverse)
+    blocked = functools.partial(_blocked_sum, reverse=reverse)
+    return (_reverse_sum if reverse else _forward_sum)(blocked, x)
+
+
+def _blocked_sum(x, reverse):
+    """`running_sum`'s values on an axis of known length, without its gradient."""
+    size = x.shape[-1]
     blocks = -(-size // SCAN_BLOCK)
     pad = blocks * SCAN_BLOCK - size
     if pad:  # on the side the sums start from: zeros add nothing
@@ -113,8 +125,17 @@ def running_sum(x, reverse=False):
     ones = np.tril(np.ones((SCAN_BLOCK, SCAN_BLOCK), np.float32))  # [t, j]: t >= j
     triangle = tf.constant(ones if reverse else ones.T, dtype=x.dtype)
     within = tf.einsum("...bt,tj->...bj", x, triangle)
-    totals = tf.cumsum(tf.reduce_sum(x, -1), axis=-1, reverse=reverse, exclusive=True)
-    sums = tf.reshape(within + totals[..., None], padded_shape)
+    totals = within[..., 0] if reverse else within[..., -1]  # (..., blocks)
+    earlier = running_sum(totals, reverse=reverse) - totals  # exclusive
+    sums = tf.reshape(within + earlier[..., None], padded_shape)
     if pad:
         return sums[..., pad:] if reverse else sums[..., :size]
     return sums
+
+
+_forward_sum = registered_gradient("KerasPosencRunningSum")(
+    lambda upstream: [running_sum(upstream, reverse=True)]
+)
+_reverse_sum = registered_gradient("KerasPosencReverseRunningSum")(
+    lambda upstream: [running_sum(upstream)]
+)

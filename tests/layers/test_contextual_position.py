@@ -184,13 +184,30 @@ def test_a_config_saved_before_the_two_sided_count_loads_one_sided():
 @pytest.mark.parametrize("size", [20, 64, 128, 130, 200])
 @pytest.mark.parametrize("reverse", [False, True])
 def test_the_blocked_running_sum_is_a_cumulative_sum(size, reverse):
-    """Long axes are summed in blocks (padded to whole blocks): as NumPy's scan."""
+    """Long axes are summed in blocks (padded to whole blocks): as NumPy's
+    scan; the gradient is the upstream gradient's scan the other way."""
     from keras_posenc.ops.contextual import running_sum
 
-    x = np.random.default_rng(size).uniform(size=(2, 3, size)).astype("float32")
-    want = np.cumsum(x[..., ::-1], -1)[..., ::-1] if reverse else np.cumsum(x, -1)
-    got = running_sum(tf.constant(x), reverse=reverse).numpy()
-    np.testing.assert_allclose(got, want, rtol=1e-5)
+    def scan(x, reverse):
+        return np.cumsum(x[..., ::-1], -1)[..., ::-1] if reverse else np.cumsum(x, -1)
+
+    rng = np.random.default_rng(size)
+    x = tf.constant(rng.uniform(size=(2, 3, size)).astype("float32"))
+    upstream = rng.normal(size=(2, 3, size)).astype("float32")
+    for step in (lambda f: f, tf.function):  # eager and in a graph
+
+        @step
+        def value_and_gradient(x):
+            with tf.GradientTape() as tape:
+                tape.watch(x)
+                sums = running_sum(x, reverse=reverse)
+                loss = tf.reduce_sum(sums * upstream)
+            return sums, tape.gradient(loss, x)
+
+        got, gradient = value_and_gradient(x)
+        np.testing.assert_allclose(got.numpy(), scan(x.numpy(), reverse), rtol=1e-5)
+        want = scan(upstream, not reverse)
+        np.testing.assert_allclose(gradient.numpy(), want, rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.parametrize("training", [False, True])  # True: XLA's interpolation

@@ -161,6 +161,11 @@ CUSTOM_GRADIENTS = {
     "toeplitz": lambda x: ops.toeplitz(tf.reshape(x, [2, 15])[:, :9], 5, 5),
     "decay_bias": lambda x: ops.forgetting.decay_bias(x),
     "two_sided_decay_bias": lambda x: ops.forgetting.decay_bias(x, -x, floor=-2.0),
+    # 40 keys: blocked (past two blocks of `SCAN_BLOCK`), padded to 48
+    "running_sum": lambda x: ops.contextual.running_sum(tf.tile(x, [1, 1, 8])),
+    "reverse_running_sum": lambda x: ops.contextual.running_sum(
+        tf.tile(x, [1, 1, 8]), reverse=True
+    ),
 }
 
 
