@@ -93,12 +93,18 @@ if not IS_KERAS_3:  # one pass each (both train for 30-50 s): the layers and
     @pytest.mark.slow
     def test_generation_snippet_trains_enough_to_print_words(capsys):
         pytest.importorskip("tflite_micro", reason="needs tflite-micro (TFLM)")
-        exec(python_blocks()["## Text generation: causal language models"], {})
-        lines = capsys.readouterr().out.strip().splitlines()[-2:]
-        assert [line[:17] for line in lines] == ["The return value "] * 2
-        for line in lines:  # Keras, then TFLM
-            words = line[17:].split()
-            assert sum(word in COMMON_WORDS for word in words) >= 2, line
+        namespace = {}
+        exec(python_blocks()["## Text generation: causal language models"], namespace)
+        printed = capsys.readouterr().out
+        texts = [  # Keras, then TFLM; generated text may hold line breaks
+            namespace["lm"].text_of(namespace[name][0])
+            for name in ("tokens", "on_device")
+        ]
+        assert printed.endswith(f"{texts[0]}\n{texts[1]}\n")
+        for text in texts:
+            assert text.startswith("The return value "), text
+            words = text[17:].split()
+            assert sum(word in COMMON_WORDS for word in words) >= 2, text
 
 
 if IS_KERAS_3:
