@@ -56,8 +56,8 @@ class ContextualPosition(keras.layers.Layer):
         training: bool or None, Keras' training flag. In training the
             interpolation runs as one XLA-compiled function
             (`ops.contextual.interpolated_logits(fused=True)`, the same values
-            and gradients; XLA's gathers and scatters are several times
-            TensorFlow's here); outside training (inference, every export)
+            and gradients; XLA's gathers and scatters run several times
+            faster than TensorFlow's here); outside training (inference, every export)
             plain ops.
 
     Returns:

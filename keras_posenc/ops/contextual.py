@@ -97,7 +97,7 @@ def running_sum(x, reverse=False):
     TensorFlow's CPU scan runs on one core; here each block of `SCAN_BLOCK`
     values is summed by a product with a triangle of ones, and the blocks'
     totals (each block's first or last sum) by the same running sum, a 16th
-    as long, so no scan runs at any length past two blocks. The gradient is
+    as long (a plain scan only once it is shorter than two blocks). The gradient is
     the running sum of the upstream gradient the other way (as a scan's),
     not the product's, slices' and broadcasts' own (`benchmarks/results/speed_steps.md`
     measures the whole layer, `cope`). The order of the additions differs from
