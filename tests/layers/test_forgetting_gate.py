@@ -248,7 +248,7 @@ def test_the_pairs_gradient_is_the_same_at_an_unknown_length(length):
         with tf.GradientTape() as tape:
             tape.watch([log_forward, log_backward])
             bias = decay_bias(log_forward, log_backward, -1e4)
-            loss = tf.reduce_sum(bias * upstream[:, :, : tf.shape(bias)[2]])
+            loss = tf.reduce_sum(bias * upstream)
         return tape.gradient(loss, [log_forward, log_backward])
 
     unknown = tf.TensorSpec([None, None, 3], tf.float32)
