@@ -126,16 +126,19 @@ def swap_heads(x):
 def head_logits(q, k):
     """`Q K^T` per head: heads-last `(B, T, N, H)`, `(B, S, N, H)` -> `(B, N, T, S)`.
 
-    Traced for XLA (`jit_compile=True` in `tf.function` or `compile`), one
-    Einsum, which XLA turns into a dot with the heads as batch axes; in a
-    plain graph (and for the TFLite converter), two transposes of the small
-    heads and one batched matmul, as Keras 3's own `ops.einsum` lowers it:
-    TensorFlow's Einsum kernel is slower there. Each form is 8-13% faster
-    forward+backward in its own mode than the other (B=4 T=256 D=128 N=8
-    and B=8 T=512 D=256 N=8; `docs/measurements.md`, attention rows).
+    In a plain graph (and for the TFLite converter), two transposes of the
+    small heads and one batched matmul of the keys' transpose
+    (`transpose_b`): TensorFlow's Einsum kernel is slower there. Traced for
+    XLA (`jit_compile=True` in `tf.function` or `compile`), the keys move
+    to `(B, N, H, S)` themselves, as Keras 3's `ops.einsum` lowers Keras'
+    own equation: XLA then keeps one layout of each head tensor, where an
+    Einsum (or `transpose_b`) had it copy the keys, the values and the
+    context's gradient into a second one. Forward+backward under XLA, 3-30%
+    faster than the Einsum (B=4 T=256 D=128 N=8 and B=8 T=512 D=256 N=8;
+    `docs/measurements.md`, attention rows).
     """
     if in_xla():
-        return tf.einsum("btnh,bsnh->bnts", q, k)
+        return tf.matmul(swap_heads(q), tf.transpose(k, [0, 2, 3, 1]))
     return tf.matmul(swap_heads(q), swap_heads(k), transpose_b=True)
 
 
@@ -156,7 +159,10 @@ def step_logits(q, k):
 def head_context(weights, v):
     """Weights `(B, N, T, S)` times values `(B, S, N, Hv)`: `(B, T, N, Hv)`.
 
-    The same two forms as `head_logits`.
+    In a plain graph, a transpose of the values, a batched matmul and a
+    transpose of the context; under XLA one Einsum, which XLA turns into a
+    dot with the heads as batch axes (with `head_logits`' XLA form, 11-17%
+    faster forward+backward than this form's transposes and matmul there).
     """
     if in_xla():
         return tf.einsum("bnts,bsnh->btnh", weights, v)

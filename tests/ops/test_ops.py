@@ -198,25 +198,37 @@ def test_a_traced_custom_gradient_leaves_no_graph_alive(name):
 
 
 def test_head_products_take_each_modes_faster_form_with_one_answer():
-    """An Einsum traced for XLA, transposes and a batched matmul otherwise."""
+    """Transposes and batched matmuls in a plain graph; traced for XLA, the
+    logits a matmul of the keys moved to (B, N, H, S) and the context an
+    Einsum."""
     q = tf.random.stateless_normal((2, 5, 3, 4), seed=(0, 1))
     k = tf.random.stateless_normal((2, 7, 3, 4), seed=(0, 2))
     w = tf.nn.softmax(tf.random.stateless_normal((2, 3, 5, 7), seed=(0, 3)))
-    want_logits = np.einsum("btnh,bsnh->bnts", q, k)
-    want_context = np.einsum("bnts,bsnh->btnh", w, k)
+    want = {
+        "logits": np.einsum("btnh,bsnh->bnts", q, k),
+        "context": np.einsum("bnts,bsnh->btnh", w, k),
+    }
+    products = {
+        "logits": (ops.attention.head_logits, (q, k)),
+        "context": (ops.attention.head_context, (w, k)),
+    }
+    forms = {  # (mode, product): the product's op type, the other one's
+        (False, "logits"): ("BatchMatMulV2", "Einsum"),
+        (False, "context"): ("BatchMatMulV2", "Einsum"),
+        (True, "logits"): ("BatchMatMulV2", "Einsum"),
+        (True, "context"): ("Einsum", "BatchMatMulV2"),
+    }
     assert not ops.attention.in_xla()  # eager
-    for jit, op_type in ((False, "BatchMatMulV2"), (True, "Einsum")):
-
-        def both(q, k, w):
-            return ops.attention.head_logits(q, k), ops.attention.head_context(w, k)
-
-        step = tf.function(both, jit_compile=jit)
-        graph = step.get_concrete_function(q, k, w).graph
+    for (jit, name), (used, unused) in forms.items():
+        product, args = products[name]
+        step = tf.function(product, jit_compile=jit)
+        graph = step.get_concrete_function(*args).graph
         types = [op.type for op in graph.get_operations()]
-        assert op_type in types and {"Einsum", "BatchMatMulV2"} - {op_type} - set(types)
-        logits, context = step(q, k, w)
-        np.testing.assert_allclose(logits, want_logits, atol=1e-5)
-        np.testing.assert_allclose(context, want_context, atol=1e-5)
+        assert used in types and unused not in types, (jit, name, types)
+        if jit and name == "logits":  # the keys' own transpose, no adjoint
+            (matmul,) = [op for op in graph.get_operations() if op.type == used]
+            assert not matmul.get_attr("adj_y")
+        np.testing.assert_allclose(step(*args), want[name], atol=1e-5)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
