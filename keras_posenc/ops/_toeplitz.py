@@ -3,7 +3,6 @@
 import tensorflow as tf
 
 from keras_posenc.ops._gradient import registered_gradient
-from keras_posenc.ops.attention import in_xla
 
 #: Elements per head of the largest block of rows whose diagonals the
 #: gradient of `toeplitz` sums at once: its skew copies twice that.
@@ -15,15 +14,17 @@ def toeplitz(row, query_length, key_length):
     """`(N, T, S)` with `out[n, i, j] = row[n, j - i + T - 1]`, from `(N, T + S - 1)`.
 
     Expands a bias on the distinct distances to the query-key grid: the
-    forward gathers whole `(N,)` columns. In a plain graph the backward sums
-    each diagonal of the upstream gradient with a skew (rows reversed, each
-    padded by T, so that a reshape turns diagonals into columns) and one
-    reduction, instead of a gather's scatter: 2.6x faster
-    forward+backward at T=2048. Under XLA, whose scatter is fast, the
-    gather keeps its own gradient (`benchmarks/results/profile_attention.md`).
-    With static lengths, the skew runs on blocks of at most `TOEPLITZ_BLOCK`
-    elements per head, so its copies stay small next to the `(N, T, S)`
-    gradient.
+    forward gathers whole `(N,)` columns. The backward sums each diagonal of
+    the upstream gradient with a skew (rows reversed, each padded by T, so
+    that a reshape turns diagonals into columns) and one reduction, instead
+    of a gather's scatter: in a plain graph 2.6x faster forward+backward at
+    T=2048. Under XLA the scatter alone is faster
+    (`benchmarks/results/profile_attention.md`), but not in the attention
+    layer, where it also has XLA copy the logits' gradient to the gather's
+    `(T, S, N)` layout: a T5 layer's forward+backward at B=8 T=512 D=256
+    N=8, 83 -> 74 ms with the skew (`docs/measurements.md`). With static
+    lengths, the skew runs on blocks of at most `TOEPLITZ_BLOCK` elements
+    per head, so its copies stay small next to the `(N, T, S)` gradient.
     """
     t, s = query_length, key_length
     index = tf.range(s)[None, :] - tf.range(t)[:, None] + (t - 1)  # (T, S)
@@ -31,8 +32,6 @@ def toeplitz(row, query_length, key_length):
     def forward(row):
         return tf.transpose(tf.gather(tf.transpose(row), index), [2, 0, 1])
 
-    if in_xla():
-        return forward(row)
     return _expand(forward, row)
 
 
