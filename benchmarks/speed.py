@@ -392,6 +392,8 @@ def run_steps(quick):
             "method; the ratio is the method's fastest step over the fastest "
             "'none' step of the same rounds",
             "goal: every method at most 1.25x 'none' (recursive, which runs a "
-            "second attention per layer, at most 1.35x)",
+            "second attention per layer, at most 1.35x); cope misses it: its "
+            "count and interpolation take ~20 passes a layer over the (B, N, T, S) "
+            "pairs, and even fused kernels would need ~4 (docs/measurements.md)",
         ],
     )
