@@ -1,8 +1,8 @@
 """LM on a microcontroller: int8 TFLM decode-step size and arena per method and S.
 
 Untrained byte-level LMs (D=32, 2 layers, 4 heads, V=256, seed 0): size and
-arena do not depend on the weights. `tflite_export.verify_causal_lm` reads
-the arena from TFLM's allocation record.
+arena do not depend on the weights. `tflite_export.verify_causal_lm` finds
+the smallest arena with which TFLM runs the step.
 """
 
 import numpy as np
@@ -64,6 +64,6 @@ def run(quick):
         notes=[
             "A relative bias is stored as its 2S - 1 distinct distances and "
             "gathered per step (ops.cache.cached_bias), so flash grows with S, "
-            "not S^2; the arena (TFLM's allocation record) grows linearly in S.",
+            "not S^2; the arena (the smallest that runs) grows linearly in S.",
         ],
     )

@@ -105,7 +105,9 @@ def main(argv=None):
     static = tflite_export.static_model(model, test_x.shape[1:], "float32")
     report = tflite_export.verify(int8, static, test_x, test_y)
     tflite_export.atomic_write(args.out / "digits_int8.tflite", int8, force=True)
-    tflite_export.write_c_array(int8, args.out / "digits_int8.cc", force=True)
+    tflite_export.write_c_array(
+        int8, args.out / "digits_int8.cc", force=True, arena_bytes=report.arena_bytes
+    )
     save_plots(model, history, test_x, args.out)
 
     rows = [

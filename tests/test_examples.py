@@ -75,6 +75,19 @@ def test_distributed_training_runs():
     assert replicas >= 1 and 0.0 <= accuracy <= 1.0
 
 
+@pytest.mark.slow
+def test_the_qat_example_runs_the_packages_own_qat_to_a_c_array(tmp_path):
+    """The default engine, in either Keras: no calibration data, TFLM runs it,
+    and the header carries the arena TFLM needs."""
+    import qat_microcontroller
+
+    _, report = qat_microcontroller.main(["--out", str(tmp_path), "--quick"])
+    assert report.tflm_ok, report.tflm_error
+    assert report.tflm_vs_litert == 0.0  # the same integer arithmetic
+    header = (tmp_path / "digits_qat.h").read_text()
+    assert f"#define G_MODEL_ARENA_BYTES {report.arena_bytes}\n" in header
+
+
 if not IS_KERAS_3:  # TF-MOT runs in Keras 2 only (the script switches to it
     # before importing TensorFlow); the package's own QAT of a float-features
     # model is held in the Keras 3 pass by `tests/export/test_export_qat.py`'s
@@ -91,7 +104,9 @@ if not IS_KERAS_3:  # TF-MOT runs in Keras 2 only (the script switches to it
         """
         import qat_microcontroller
 
-        float_accuracy, report = qat_microcontroller.main(["--out", str(tmp_path)])
+        float_accuracy, report = qat_microcontroller.main(
+            ["--out", str(tmp_path), "--engine", "tfmot"]
+        )
         assert report.tflm_ok, report.tflm_error
         # TF-MOT leaves tensors unranged: the script calibrates with data.
         five = 5 / 360 + 1e-6

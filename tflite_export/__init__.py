@@ -15,6 +15,7 @@ from tflite_export.convert import (
     microcontroller_blockers,
     static_model,
 )
+from tflite_export.firmware import smallest_arena
 from tflite_export.generate import generate_tflite
 from tflite_export.qat import QuantizationError, quantize_aware, quantize_scope
 from tflite_export.verify import Report, dequantize, quantize, verify
@@ -39,6 +40,7 @@ __all__ = [
     "quantize",
     "quantize_aware",
     "quantize_scope",
+    "smallest_arena",
     "static_model",
     "verify",
     "verify_causal_lm",

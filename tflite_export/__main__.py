@@ -36,20 +36,56 @@ BAD_INPUT, EXPORT_FAILED = 2, 1
 def parse_args(argv):
     from tflite_export.convert import MODES
 
-    parser = argparse.ArgumentParser(prog="python -m tflite_export")
+    parser = argparse.ArgumentParser(
+        prog="python -m tflite_export",
+        description="Converts a saved .keras model to TFLite, checks it in LiteRT "
+        "and TFLM, and writes it (and its C array with --c-array).",
+    )
     parser.add_argument("model", type=pathlib.Path, help="a saved .keras model")
-    parser.add_argument("--calibration", type=pathlib.Path, required=True)
-    parser.add_argument("--out", type=pathlib.Path, required=True)
-    parser.add_argument("--mode", choices=MODES, default="int8")
-    parser.add_argument("--sequence-length", type=_positive_int, default=None)
+    parser.add_argument(
+        "--calibration",
+        type=pathlib.Path,
+        required=True,
+        help="calibration data: an .npz with the inputs under `x` (and integer "
+        "labels under `y`, which turn on accuracy reporting) or an .npy of the "
+        "inputs; for a causal LM, token ids (N, L)",
+    )
+    parser.add_argument(
+        "--out",
+        type=pathlib.Path,
+        required=True,
+        help="the .tflite file to write (--c-array writes OUT.cc and OUT.h "
+        "beside it, and OUT_decode.h for a causal LM)",
+    )
+    parser.add_argument(
+        "--mode", choices=MODES, default="int8", help="quantization (default int8)"
+    )
+    parser.add_argument(
+        "--sequence-length",
+        type=_positive_int,
+        default=None,
+        help="the fixed input length T of the exported model (inputs of "
+        "--calibration are cut or padded to it; default: their length)",
+    )
     parser.add_argument(
         "--c-array",
         action="store_true",
-        help="also write OUT.cc (the aligned array) and OUT.h (its declarations)",
+        help="also write OUT.cc (the aligned array) and OUT.h (its declarations, "
+        "the model's ops and the smallest TFLM arena)",
+    )
+    parser.add_argument(
+        "--name",
+        default="g_model",
+        help="the C symbol of the array and the prefix of the headers' macros "
+        "(default g_model)",
     )
     parser.add_argument("--force", action="store_true", help="overwrite outputs")
     parser.add_argument(
-        "--target", choices=("litert", "tflm"), default=None, help="causal LMs only"
+        "--target",
+        choices=("litert", "tflm"),
+        default=None,
+        help="causal LMs: LiteRT (prefill and decode) or TFLM (one decode step); "
+        "default litert",
     )
     parser.add_argument(
         "--max-length",
@@ -96,6 +132,14 @@ def _positive_int(text):
 
 def check_paths(args):
     """Every path problem, found before anything is loaded or converted."""
+    from tflite_export.firmware import check_c_name
+
+    if args.out.is_dir() or not args.out.name or args.out.name in (".", ".."):
+        return f"--out {args.out} is a folder; name a file"
+    try:
+        check_c_name(args.name, "--name")
+    except ValueError as error:
+        return str(error)
     arrays = [args.out.with_suffix(".cc"), args.out.with_suffix(".h")]
     outputs = [args.out] + (arrays if args.c_array else [])
     if not args.model.is_file():
@@ -287,25 +331,36 @@ def _export(args):
     if not report.tflm_ok:
         print(f"error: TFLM cannot run the model: {report.tflm_error}", file=sys.stderr)
         return EXPORT_FAILED
-    return write_outputs(args, model_bytes)
+    return write_outputs(args, model_bytes, report.arena_bytes)
 
 
-def write_outputs(args, model_bytes):
-    """Writes `--out` (and the C array), atomically; the exit code 0."""
-    import tflite_export
+def write_outputs(args, model_bytes, arena_bytes, extra=()):
+    """Writes `--out`, the C array and `extra` `(path, text)`: all or none.
 
-    tflite_export.atomic_write(args.out, model_bytes, force=args.force)
-    print(f"wrote {args.out} ({len(model_bytes)} bytes)")
+    Returns the exit code 0.
+    """
+    from tflite_export import c_array
+    from tflite_export.firmware import model_ops
+
+    files = [(args.out, model_bytes)]
     if args.c_array:
-        source = args.out.with_suffix(".cc")
-        tflite_export.write_c_array(model_bytes, source, force=args.force)
-        print(f"wrote {source} and {source.with_suffix('.h')}")
+        source, header = args.out.with_suffix(".cc"), args.out.with_suffix(".h")
+        files += [
+            (header, c_array.c_header(args.name, model_ops(model_bytes), arena_bytes)),
+            (source, c_array.c_source(model_bytes, args.name, header.name)),
+            *extra,
+        ]
+    c_array.atomic_write_all(files, force=args.force)
+    print(f"wrote {args.out} ({len(model_bytes)} bytes)")
+    for path, _ in files[1:]:
+        print(f"wrote {path}")
     return 0
 
 
 def _export_causal_lm(args, model, x):
     """Converts a causal LM, checks generation on the device, reports, writes it."""
     import tflite_export
+    from keras_posenc.data import language_modeling
     from tflite_export.causal_lm import check_calibration_ids
 
     if args.mode not in ("int8", "float32"):
@@ -333,6 +388,11 @@ def _export_causal_lm(args, model, x):
     }:
         raise ValueError(f"{header} is an input of this export; choose another --out")
     target = args.target or "litert"
+    if args.c_array and target != "tflm":
+        raise ValueError(
+            "--c-array writes a microcontroller's files: pass --target tflm "
+            f"(received --target {target})"
+        )
     try:
         model_bytes = tflite_export.convert_causal_lm(
             model,
@@ -363,20 +423,23 @@ def _export_causal_lm(args, model, x):
         report = tflite_export.verify_causal_lm(model_bytes, model, text)
         print(report.table())
         arena = report.arena_bytes
+    bytes_level = model.get_config()["vocab_size"] == language_modeling.VOCAB_SIZE
     for runtime, found in tokens.items():
-        print(f"| {runtime} greedy tokens | {found[0, len(prompt[0]) :].tolist()} |")
+        new_ids = found[0, len(prompt[0]) :].tolist()
+        print(f"| {runtime} greedy tokens | {new_ids} |")
+        if bytes_level:  # a byte-level LM: the ids are UTF-8 bytes
+            print(f"| {runtime} greedy text | {language_modeling.text_of(new_ids)!r} |")
     if len(tokens) == 2:
         same = bool((tokens["litert"] == tokens["tflm"]).all())
         print(f"| TFLM == LiteRT | {same} |")
     contract = tflite_export.device_contract(model_bytes)
     print(contract.table())
-    code = write_outputs(args, model_bytes)
+    extra = []
     if args.c_array:
-        header = contract_header(args.out)
-        text = contract.c_header("g_model", arena_bytes=arena)
-        tflite_export.atomic_write(header, text, force=args.force)
-        print(f"wrote {header} (the decode step's device contract)")
-    return code
+        if arena is None:  # rows of one token: no report, measured here
+            arena = contract.arena_bytes
+        extra = [(contract_header(args.out), contract.c_header(args.name, arena))]
+    return write_outputs(args, model_bytes, arena, extra)
 
 
 def contract_header(out):

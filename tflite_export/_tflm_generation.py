@@ -1,8 +1,8 @@
 """TFLM generation in a child process (an unsupported op may abort it).
 
 Usage: python -m tflite_export._tflm_generation, fed by `_child.run_worker`
-with `model` (uint8), `prompts`, `lengths` and `options` (JSON text); the
-allocation record (the arena) goes to stderr.
+with `model` (uint8), `prompts`, `lengths` and `options` (JSON text); it
+returns `tokens`.
 """
 
 import json
@@ -15,7 +15,6 @@ def _generate(arrays):
     options = json.loads(str(arrays["options"]))
     decoder = Decoder(arrays["model"].tobytes(), "tflm")
     tokens = decode_rows(decoder, arrays["prompts"], arrays["lengths"], options)
-    decoder.micro.print_allocations()  # the arena, read by the parent
     return {"tokens": tokens}
 
 

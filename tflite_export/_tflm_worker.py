@@ -1,15 +1,20 @@
 """Runs a model in the TFLM interpreter, in its own process (it may abort).
 
 Usage: python -m tflite_export._tflm_worker, fed by `_child.run_worker` with
-`model` (the .tflite bytes as uint8) and `inputs` (already quantized, one
-example per row); it returns `outputs`. The allocation record goes to stderr.
+`model` (the .tflite bytes as uint8) and either `inputs` (already quantized,
+one example per row: it returns `outputs`) or `arena_search`, the sizes
+`(low, high)` to bisect between (it returns `arena`, the smallest arena that
+runs the model: `tflite_export.firmware.bisect_arena`).
 """
+
+import sys
 
 import numpy as np
 
 from tflite_export._child import serve
+from tflite_export.firmware import bisect_arena
 
-#: Arena given to the interpreter; the report states what it really used.
+#: Arena given to the interpreter that computes the outputs.
 ARENA_BYTES = 8 << 20
 
 
@@ -17,13 +22,16 @@ def run(arrays):
     from tflite_micro.python.tflite_micro import runtime
 
     model = arrays["model"].tobytes()
+    if "arena_search" in arrays:
+        low, high = (int(size) for size in arrays["arena_search"])
+        found = bisect_arena(model, runtime, low, high, log=sys.stderr)
+        return {"arena": np.array(found)}
     interpreter = runtime.Interpreter.from_bytes(model, arena_size=ARENA_BYTES)
     outputs = []
     for example in arrays["inputs"]:
         interpreter.set_input(example[None], 0)
         interpreter.invoke()
         outputs.append(np.array(interpreter.get_output(0))[0])
-    interpreter.print_allocations()
     return {"outputs": np.stack(outputs)}
 
 

@@ -238,6 +238,12 @@ def check_representative_data(model, data, sequence_length=None):
                 "`representative_data` must hold integer token ids for this model. "
                 f"Received: dtype={data.dtype}"
             )
+        vocab = _vocabulary(model)
+        if vocab is not None and (data.min() < 0 or data.max() >= vocab):
+            raise ExportError(
+                f"`representative_data` must hold token ids in [0, {vocab}) (the "
+                f"model's embedding). Received: ids in [{data.min()}, {data.max()}]"
+            )
         return data.astype(np.int32)
     if data.dtype.kind not in "fiu":
         raise ExportError(
@@ -251,6 +257,16 @@ def check_representative_data(model, data, sequence_length=None):
             f"and crashes the converter). Received: {bad} non-finite values"
         )
     return data
+
+
+def _vocabulary(model):
+    """The input size of the model's first token embedding, or None."""
+    for layer in nested_layers(model):
+        if isinstance(layer, keras_posenc.TokenEmbedding):
+            return int(layer.vocab_size)
+        if isinstance(layer, keras.layers.Embedding):
+            return int(layer.input_dim)
+    return None
 
 
 def static_model(model, input_shape, dtype):

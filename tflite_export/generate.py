@@ -13,6 +13,7 @@ import numpy as np
 from keras_posenc import generation, samplers
 from tflite_export._child import run_worker
 from tflite_export.contract import device_contract
+from tflite_export.firmware import smallest_arena
 from tflite_export.verify import dequantize
 
 #: Interpreters `generate_tflite` can use.
@@ -239,8 +240,8 @@ TFLM_CAUSE = re.compile(r"Didn't find op|failed to prepare|not supported|!=")
 def tflm_generation(model_bytes, prompts, lengths, options):
     """`(tokens, arena bytes)` from TFLM in a child process.
 
-    A RuntimeError says why it failed; the arena is what the interpreter's
-    allocation record reports (None if it printed none).
+    A RuntimeError says why it failed; the arena is the smallest with which
+    TFLM allocates and runs the model (`tflite_export.firmware.bisect_arena`).
     """
     arrays = {
         "model": np.frombuffer(bytes(model_bytes), np.uint8),
@@ -256,5 +257,4 @@ def tflm_generation(model_bytes, prompts, lengths, options):
         causes = [line for line in lines if TFLM_CAUSE.search(line)]
         reason = (causes or lines or [f"exit status {code}"])[-1]
         raise RuntimeError(f"TFLM generation failed: {reason}")
-    arena = re.search(r"Arena allocation total (\d+) bytes", log)
-    return results["tokens"], int(arena.group(1)) if arena else None
+    return results["tokens"], smallest_arena(model_bytes)

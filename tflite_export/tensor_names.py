@@ -12,7 +12,8 @@ import struct
 
 import numpy as np
 
-from tflite_export.contract import _root, _signatures
+from tflite_export.contract import _signatures
+from tflite_export.firmware import read_model
 
 
 def name_tensors(model_bytes):
@@ -26,10 +27,8 @@ def name_tensors(model_bytes):
     tensors, not positions) and each name is written over the old one (never
     longer), so no buffer moves and the model runs exactly as before.
     """
-    from ai_edge_litert import schema_py_generated as schema
-
     data = bytearray(model_bytes)
-    model = _root(schema, data)
+    model = read_model(data)  # a view of `data`: the edits below change it
     for number, inputs, outputs in _signatures(model).values():
         subgraph = model.Subgraphs(number)
         for names, listed in (

@@ -6,6 +6,7 @@ import re
 import numpy as np
 
 from tflite_export._child import run_worker
+from tflite_export.firmware import smallest_arena
 
 #: TFLM runs in a subprocess for at most this many seconds.
 TFLM_TIMEOUT_SECONDS = 300
@@ -113,7 +114,11 @@ def verify(model_bytes, keras_model=None, x=None, y=None):
 
 
 def run_tflm(model_bytes, quantized_inputs):
-    """`(raw outputs or None, info)` from the TFLM interpreter in a subprocess."""
+    """`(raw outputs or None, info)` from the TFLM interpreter in a subprocess.
+
+    `info["arena_bytes"]` is the smallest arena that runs the model
+    (`tflite_export.firmware.bisect_arena`), not the larger one it ran in.
+    """
     info = {"missing_ops": [], "error": None, "arena_bytes": None}
     arrays = {"model": np.frombuffer(model_bytes, np.uint8), "inputs": quantized_inputs}
     results, log, code = run_worker(
@@ -122,8 +127,6 @@ def run_tflm(model_bytes, quantized_inputs):
     info["missing_ops"] = sorted(
         set(re.findall(r"Didn't find op for builtin opcode '(\w+)'", log))
     )
-    arena = re.search(r"Arena allocation total (\d+) bytes", log)
-    info["arena_bytes"] = int(arena.group(1)) if arena else None
     if results is None:
         last = [line for line in log.strip().splitlines() if line.strip()]
         reason = last[-1] if last else ""
@@ -131,6 +134,7 @@ def run_tflm(model_bytes, quantized_inputs):
             reason = f"the interpreter aborted (signal {-code}) {reason}"
         info["error"] = reason.strip()
         return None, info
+    info["arena_bytes"] = smallest_arena(model_bytes)
     return results["outputs"], info
 
 

@@ -6,12 +6,8 @@ import numpy as np
 
 from keras_posenc import generation
 from keras_posenc.models import CausalLM
-from tflite_export.generate import (
-    Decoder,
-    cache_length,
-    generate_tflite,
-    tflm_generation,
-)
+from tflite_export.contract import device_contract
+from tflite_export.generate import Decoder, generate_tflite, tflm_generation
 
 
 @dataclasses.dataclass
@@ -47,9 +43,9 @@ def verify_causal_lm(model_bytes, keras_model, token_ids):
     `-log2 p(next token)` over `token_ids`, read teacher-forced through the
     export's `decode` step (LiteRT) and through `keras_model`. For a TFLM
     export (a `decode` signature only) the first half of each row is also a
-    prompt for greedy generation in TFLM (a subprocess, whose allocation
-    record gives the arena) and in LiteRT: `greedy_agreement` is the share
-    of new tokens that agree.
+    prompt for greedy generation in TFLM (a subprocess, which also finds the
+    smallest arena that runs the step: `arena_bytes`) and in LiteRT:
+    `greedy_agreement` is the share of new tokens that agree.
 
     Args:
         model_bytes: bytes of `convert_causal_lm`.
@@ -65,6 +61,7 @@ def verify_causal_lm(model_bytes, keras_model, token_ids):
             "`model_bytes` must be bytes of convert_causal_lm. "
             f"Received: {type(model_bytes).__name__}"
         )
+    contract = device_contract(bytes(model_bytes))  # refuses cut or foreign bytes
     if not isinstance(keras_model, CausalLM):
         raise TypeError(
             "`keras_model` must be the CausalLM the bytes were converted from. "
@@ -76,14 +73,22 @@ def verify_causal_lm(model_bytes, keras_model, token_ids):
             "`token_ids` must be integer ids (N, L) with L >= 2. Received: "
             f"shape={ids.shape}, dtype={ids.dtype}"
         )
-    capacity = cache_length(model_bytes)
+    capacity = contract.cache_length
     if ids.shape[1] > capacity:
         raise ValueError(
             f"`token_ids` must be at most the cache length {capacity} long. "
             f"Received: L={ids.shape[1]}"
         )
     vocab = keras_model.get_config()["vocab_size"]
-    generation.check_vocabulary(ids, np.full(len(ids), ids.shape[1]), vocab)
+    if vocab != contract.vocab_size:
+        raise ValueError(
+            "`keras_model` must be the CausalLM the bytes were converted from: "
+            f"the export's vocabulary is {contract.vocab_size}. Received: a model "
+            f"with vocab_size={vocab}"
+        )
+    generation.check_vocabulary(
+        ids, np.full(len(ids), ids.shape[1]), vocab, name="token_ids"
+    )
     ids = ids.astype(np.int32)
 
     decoder = Decoder(bytes(model_bytes), "litert")

@@ -6,10 +6,16 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from marks import split_between_passes
+from ops_oracle import assert_header_lists_the_model_ops
 
 from keras_posenc import IS_KERAS_3, samplers
 from keras_posenc.models import POSITION_METHODS, build_causal_lm
-from tflite_export import ExportError, convert_causal_lm, generate_tflite
+from tflite_export import (
+    ExportError,
+    convert_causal_lm,
+    device_contract,
+    generate_tflite,
+)
 from tflite_export.generate import Decoder
 
 #: Every test here converts a model to TFLite.
@@ -63,6 +69,8 @@ def test_float32_litert_generation_equals_keras_greedy_tokens(position):
     np.testing.assert_array_equal(
         generate_tflite(model_bytes, PROMPTS, 9), model.generate(PROMPTS, 9)
     )
+    header = device_contract(model_bytes).c_header(arena_bytes=1)
+    assert_header_lists_the_model_ops(model_bytes, header)
 
 
 def test_a_shared_bias_lm_generates_in_litert_as_in_keras():

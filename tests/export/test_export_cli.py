@@ -263,8 +263,60 @@ def test_a_causal_lm_exports_for_microcontrollers(saved_lm, tmp_path, capsys):
     assert contract.table() in printed
     header = (tmp_path / "lm_decode.h").read_text()
     arena = re.search(r"TFLM arena\s*\| (\d+) bytes", printed).group(1)
+    assert int(arena) == contract.arena_bytes  # the smallest that runs
     assert header == contract.c_header("g_model", arena_bytes=int(arena))
-    assert (tmp_path / "lm.cc").exists() and (tmp_path / "lm.h").exists()
+    declarations = (tmp_path / "lm.h").read_text()
+    assert f"#define G_MODEL_ARENA_BYTES {arena}\n" in declarations
+    assert (tmp_path / "lm.cc").exists()
+
+
+@pytest.mark.slow
+def test_name_sets_the_c_symbol_of_every_file(saved_lm, tmp_path, capsys):
+    out = tmp_path / "lm.tflite"
+    args = [str(saved_lm / "lm.keras"), "--calibration", str(saved_lm / "ids.npy")]
+    args += ["--out", str(out), "--target", "tflm", "--max-length", "12"]
+    assert main(args + ["--c-array", "--name", "int"]) == BAD_INPUT
+    assert "C or C++ keyword" in capsys.readouterr().err
+    assert main(args + ["--c-array", "--target", "litert"]) == BAD_INPUT
+    assert "pass --target tflm" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+    assert main(args + ["--c-array", "--name", "tiny_lm"]) == 0
+    capsys.readouterr()
+    assert "tiny_lm[] = {" in (tmp_path / "lm.cc").read_text()
+    assert "#define TINY_LM_OPS(X)" in (tmp_path / "lm.h").read_text()
+    assert "TINY_LM_ARENA_BYTES" in (tmp_path / "lm_decode.h").read_text()
+
+
+@pytest.mark.slow
+def test_a_byte_level_lms_sample_is_printed_as_text(tmp_path, capsys):
+    keras.utils.set_random_seed(0)
+    model = models.build_causal_lm(256, hidden_dim=8, num_heads=2, num_layers=1)
+    model.save(tmp_path / "bytes.keras")
+    ids = np.frombuffer(b"the cat sat on the mat. " * 2, np.uint8).astype("int32")
+    np.save(tmp_path / "ids.npy", ids.reshape(4, 12))
+    args = [str(tmp_path / "bytes.keras"), "--calibration", str(tmp_path / "ids.npy")]
+    assert main(args + ["--out", str(tmp_path / "b.tflite"), "--max-length", "12"]) == 0
+    printed = capsys.readouterr().out
+    found = re.search(r"\| litert greedy tokens \| \[([\d, ]*)\] \|", printed)
+    ids = [int(v) for v in found.group(1).split(",")]
+    text = bytes(ids).decode("utf-8", errors="replace")
+    assert f"| litert greedy text | {text!r} |" in printed
+
+
+def test_an_out_that_is_a_folder_is_refused(saved, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    for out in (".", str(tmp_path)):
+        assert main(_args(saved, out, "--c-array")) == BAD_INPUT
+        assert "is a folder; name a file" in capsys.readouterr().err
+
+
+def test_every_flag_explains_itself(capsys):
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    text = capsys.readouterr().out
+    for flag in ("--calibration", "--out", "--sequence-length", "--name", "--mode"):
+        assert re.search(rf"{flag}[^\n]*\n?\s+\S", text), flag
+    assert "`x`" in text and "`y`" in text and ".npy" in text
 
 
 def test_causal_lm_options_are_refused_for_other_models(saved, tmp_path, capsys):

@@ -3,10 +3,13 @@ import pytest
 import tensorflow as tf
 from layer_checks import PRODUCER_KINDS
 from marks import split_between_passes
+from ops_oracle import assert_header_lists_the_model_ops
 
 import tflite_export
 from keras_posenc import IS_KERAS_3, models
+from tflite_export import c_array
 from tflite_export.convert import check_io_types
+from tflite_export.firmware import model_ops
 
 keras = tf.keras
 
@@ -121,6 +124,17 @@ def _check_full_int8_in_tflm(model):
     assert report.tflm_vs_litert <= TFLM_LITERT_STEPS * report.output_scale
     assert report.arena_bytes > 0
     assert np.isfinite(report.max_error)
+    header = c_array.c_header("g_model", model_ops(model_bytes), report.arena_bytes)
+    assert_header_lists_the_model_ops(model_bytes, header)
+
+
+def test_calibration_ids_outside_the_vocabulary_are_refused_before_converting():
+    model = _classifier("t5")
+    for bad in (10, -1):
+        x = np.zeros((4, 12), np.int64)
+        x[2, 3] = bad
+        with pytest.raises(ValueError, match=r"token ids in \[0, 10\)"):
+            tflite_export.convert(model, x, mode="int8")
 
 
 @pytest.mark.slow

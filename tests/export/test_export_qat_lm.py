@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from compiling import compile_built
+from ops_oracle import assert_header_lists_the_model_ops
 
 import tflite_export
 from keras_posenc import IS_KERAS_3
@@ -110,6 +111,8 @@ def test_newly_covered_methods_generate_the_qat_tokens_in_tflm(position):
         qat, None, max_length=20, target="tflm"
     )
     check_integer_ops(model_bytes)
+    header = tflite_export.device_contract(model_bytes).c_header(arena_bytes=1)
+    assert_header_lists_the_model_ops(model_bytes, header)
     prompts = [[1, 2, 3, 4], [7, 8]]
     np.testing.assert_array_equal(
         tflite_export.generate_tflite(model_bytes, prompts, 10, runtime="tflm"),

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from marks import split_between_passes
+from ops_oracle import assert_header_lists_the_model_ops
 
 from keras_posenc.models import build_causal_lm
 from tflite_export import (
@@ -63,6 +64,7 @@ def test_an_int8_tflm_step_streams_4x_its_cache_in_the_arena_of_one_that_stops()
     stopping = convert_causal_lm(model, calibration(), max_length=slots, target="tflm")
     for model_bytes in (streaming, stopping):  # integer positions, int8 tensors
         contract = device_contract(model_bytes)
+        assert_header_lists_the_model_ops(model_bytes, contract.c_header(arena_bytes=1))
         assert {p.dtype for p in contract.inputs[2:] + contract.outputs} == {"int8"}
         assert not {"SIN", "COS", "EXP", "FLOOR_MOD"} & set(contract.ops)
     assert (

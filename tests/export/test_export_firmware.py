@@ -1,0 +1,325 @@
+"""A firmware from the docs as written: the ops, the arena, the loop, its inputs."""
+
+import math
+import os
+import re
+import shutil
+import struct
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from ops_oracle import ROOT, assert_header_lists_the_model_ops, resolver_methods
+
+from keras_posenc.models import build_causal_lm
+from tflite_export import (
+    c_array,
+    convert_causal_lm,
+    device_contract,
+    generate_tflite,
+    verify_causal_lm,
+    write_c_array,
+)
+from tflite_export.firmware import TFLM_OPS, resolver_method, smallest_arena
+
+pytest.importorskip("ai_edge_litert", reason="needs ai-edge-litert (LiteRT)")
+
+VOCAB = 19
+LOOP = ROOT / "examples" / "firmware" / "lm_main.cc"
+REPLAY = ROOT / "tests" / "fixtures" / "tflm_replay"
+
+
+def test_every_op_tflm_runs_registers_through_a_method_of_tflms_resolver():
+    methods = set(resolver_methods())
+    assert {resolver_method(op) for op in TFLM_OPS} <= methods
+    for op, method in [
+        ("BATCH_MATMUL", "AddBatchMatMul"),
+        ("CONV_2D", "AddConv2D"),
+        ("CUMSUM", "AddCumSum"),
+        ("PADV2", "AddPadV2"),
+        ("SELECT_V2", "AddSelectV2"),
+        ("REDUCE_MIN", "AddReduceMin"),
+        ("BATCH_TO_SPACE_ND", "AddBatchToSpaceNd"),
+        ("DYNAMIC_UPDATE_SLICE", "AddDynamicUpdateSlice"),
+    ]:
+        assert resolver_method(op) == method
+
+
+def test_every_op_of_the_table_has_a_kernel_in_the_tflm_runtime():
+    """Read from the installed runtime's symbols: `Register_<OP>` kernels."""
+    tflm = pytest.importorskip("tflite_micro", reason="needs tflite-micro (TFLM)")
+    library = os.path.join(
+        os.path.dirname(tflm.__file__), "python", "tflite_micro", "_runtime.so"
+    )
+    with open(library, "rb") as stream:
+        symbols = re.findall(
+            rb"Register_([A-Z0-9_]+?)(?:_INT8|_INT16|_INT32|_FLOAT|_REF)?Ev",
+            stream.read(),
+        )
+    assert TFLM_OPS <= {name.decode() for name in symbols}
+
+
+def test_an_op_tflm_lacks_is_refused_by_name():
+    with pytest.raises(ValueError, match="TFLM has no kernel for the builtin op GELU"):
+        resolver_method("GELU")
+
+
+def lm(position):
+    tf.keras.utils.set_random_seed(3)
+    return build_causal_lm(
+        VOCAB, hidden_dim=16, num_layers=2, num_heads=2, position=position
+    )
+
+
+def calibration():
+    return np.random.default_rng(0).integers(1, VOCAB, (4, 12))
+
+
+#: The issue's three exports and a streaming one (the loop's other condition).
+FIRMWARES = ("alibi", "t5", "hybrid", "rope-streaming")
+
+
+@pytest.fixture(scope="module")
+def exports():
+    found = {}
+    for name in FIRMWARES:
+        position = name.split("-")[0]
+        streaming = dict(cache_window=6, sink_tokens=2) if "-" in name else {}
+        length = None if streaming else 16
+        found[name] = convert_causal_lm(
+            lm(position), calibration(), max_length=length, target="tflm", **streaming
+        )
+    return found
+
+
+def runs_in_tflm(model_bytes, arena):
+    from tflite_micro.python.tflite_micro import runtime
+
+    try:
+        interpreter = runtime.Interpreter.from_bytes(model_bytes, arena_size=arena)
+    except RuntimeError:
+        return False
+    contract = device_contract(model_bytes)
+    for port in contract.inputs:
+        interpreter.set_input(np.zeros(port.shape, port.dtype), port.index)
+    interpreter.invoke()
+    return True
+
+
+@pytest.mark.slow
+def test_the_header_arena_is_the_smallest_that_runs_and_above_the_reported_use(
+    exports,
+):
+    pytest.importorskip("tflite_micro", reason="needs tflite-micro (TFLM)")
+    model_bytes = exports["alibi"]
+    arena = smallest_arena(model_bytes)
+    assert runs_in_tflm(model_bytes, arena)
+    assert not runs_in_tflm(model_bytes, arena - 1)
+    header = device_contract(model_bytes).c_header("g_model")
+    assert f"#define G_MODEL_ARENA_BYTES {arena}\n" in header
+    # What TFLM says it used after allocating in a large arena is too small.
+    script = (
+        "import sys\nfrom tflite_micro.python.tflite_micro import runtime\n"
+        "runtime.Interpreter.from_bytes(sys.stdin.buffer.read(), "
+        "arena_size=1 << 22).print_allocations()\n"
+    )
+    record = subprocess.run(
+        [sys.executable, "-c", script], input=model_bytes, capture_output=True
+    )
+    used = re.search(
+        rb"Arena allocation total (\d+) bytes", record.stdout + record.stderr
+    )
+    assert used and int(used.group(1)) < arena
+
+
+@pytest.mark.slow
+def test_every_header_lists_exactly_the_models_ops(exports, tmp_path):
+    for model_bytes in exports.values():
+        contract = device_contract(model_bytes)
+        assert_header_lists_the_model_ops(
+            model_bytes, contract.c_header("g_model", arena_bytes=1)
+        )
+        write_c_array(model_bytes, tmp_path / "lm.cc", force=True, arena_bytes=1)
+        assert_header_lists_the_model_ops(model_bytes, (tmp_path / "lm.h").read_text())
+
+
+def record_tflm(model_bytes, prompt, new_tokens, path):
+    """The Python TFLM interpreter driven as the loop drives it, recorded for
+    the stand-in (`tests/fixtures/tflm_replay/README.md`); returns the new ids."""
+    from test_export_contract import firmware_loop
+
+    contract = device_contract(model_bytes)
+    steps = []
+    tokens = firmware_loop(model_bytes, prompt, new_tokens, steps)
+    ops = "".join(f"{resolver_method(op)} " for op in contract.ops).encode()
+    with open(path, "wb") as stream:
+        stream.write(struct.pack("<2i", smallest_arena(model_bytes), len(ops)) + ops)
+        for ports in (contract.inputs, contract.outputs):
+            sizes = [len(ports), *[port.bytes for port in ports]]
+            stream.write(struct.pack(f"<{len(sizes)}i", *sizes))
+        index = contract.input_port("index").index
+        stream.write(struct.pack("<2i", index, len(steps)) + b"".join(steps))
+    return tokens[len(prompt) :]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", FIRMWARES)
+def test_the_docs_firmware_loop_builds_against_tflms_names_and_generates_tflms_tokens(
+    exports, tmp_path, name
+):
+    """The loop file as the docs show it, the CLI's three files, g++ -Werror;
+    the stand-in refuses any step fed otherwise than the Python TFLM was."""
+    pytest.importorskip("tflite_micro", reason="needs tflite-micro (TFLM)")
+    compiler = shutil.which("g++")
+    if compiler is None:
+        pytest.skip("needs a C++ compiler (g++)")
+    model_bytes = exports[name]
+    contract = device_contract(model_bytes)
+    write_c_array(model_bytes, tmp_path / "lm.cc")
+    (tmp_path / "lm_decode.h").write_text(contract.c_header("g_model"))
+    shutil.copy(LOOP, tmp_path / "lm_main.cc")
+    command = [compiler, "-std=c++17", "-Wall", "-Wextra", "-Werror", f"-I{REPLAY}"]
+    command += ["-I.", "lm_main.cc", "lm.cc", str(REPLAY / "replay.cc"), "-o", "lm"]
+    subprocess.run(command, cwd=tmp_path, check=True)
+    prompt = [4, 7, 1]
+    slots = contract.cache_length
+    new = 2 * slots if contract.streams else slots - len(prompt)
+    want = record_tflm(model_bytes, prompt, new, tmp_path / "steps.bin")
+    assert (
+        want
+        == generate_tflite(model_bytes, [prompt], new, runtime="tflm")[0, 3:].tolist()
+    )
+    run = subprocess.run(
+        ["./lm", *map(str, prompt)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "LM_REPLAY": str(tmp_path / "steps.bin")},
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    lines = run.stdout.splitlines()
+    got = [
+        int(v) for line in lines if line.startswith("tokens") for v in line.split()[1:]
+    ]
+    assert got == want
+    assert f"generated {new} tokens; a second run gave the same" in lines
+    assert lines.count(f"arena {smallest_arena(model_bytes)}") == 1  # made once
+    assert "more than once" not in run.stdout
+
+
+def test_the_docs_show_the_loop_file_verbatim():
+    doc = (ROOT / "docs" / "lm_on_device.md").read_text()
+    assert f"```cpp\n{LOOP.read_text()}```" in doc
+    assert "model->version() != TFLITE_SCHEMA_VERSION" in LOOP.read_text()
+    assert "G_MODEL_OPS(REGISTER_OP)" in LOOP.read_text()
+
+
+@pytest.fixture(scope="module")
+def dense():
+    """A one-layer model's bytes: the C array's refusals need no LM."""
+    inputs = tf.keras.Input((4,), batch_size=1)
+    model = tf.keras.Model(inputs, tf.keras.layers.Dense(2)(inputs))
+    return tf.lite.TFLiteConverter.from_keras_model(model).convert()
+
+
+BAD_ARENAS = [-5, 0, 1.7, "abc", math.nan, True]
+
+
+@pytest.mark.parametrize("value", BAD_ARENAS)
+def test_an_arena_that_is_not_a_positive_int_is_refused(value, dense, tmp_path):
+    with pytest.raises(ValueError, match="`arena_bytes` must be a positive int"):
+        write_c_array(dense, tmp_path / "m.cc", arena_bytes=value)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.slow
+def test_a_contract_header_refuses_an_arena_that_is_not_a_positive_int(exports):
+    contract = device_contract(exports["alibi"])
+    for value in BAD_ARENAS:
+        with pytest.raises(ValueError, match="`arena_bytes` must be a positive int"):
+            contract.c_header("g_model", arena_bytes=value)
+
+
+@pytest.mark.parametrize("name", ["int", "class", "uint8_t", "NULL", "__x", "2lm"])
+def test_a_c_keyword_or_standard_name_is_refused(name, dense, tmp_path):
+    with pytest.raises(ValueError, match="`name` must"):
+        write_c_array(dense, tmp_path / "m.cc", name=name, arena_bytes=1)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.slow
+def test_a_contract_header_refuses_a_c_keyword(exports):
+    with pytest.raises(ValueError, match="`name` must"):
+        device_contract(exports["alibi"]).c_header("uint8_t", arena_bytes=1)
+
+
+def test_a_c_array_of_a_string_names_model_bytes(tmp_path):
+    with pytest.raises(TypeError, match="`model_bytes` must be the bytes"):
+        write_c_array("abc", tmp_path / "m.cc")
+    with pytest.raises(ValueError, match="identifier TFL3"):
+        write_c_array(b"abc", tmp_path / "m.cc")
+
+
+def test_a_missing_folder_leaves_every_file_as_it_was(dense, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "old.h").write_text("keep me")
+    with pytest.raises(FileNotFoundError, match="no_such_dir"):
+        write_c_array(dense, "no_such_dir/m.cc", header_path="old.h", force=True)
+    assert (tmp_path / "old.h").read_text() == "keep me"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["old.h"]
+
+
+def test_a_failed_rename_puts_back_the_files_it_replaced(tmp_path, monkeypatch):
+    first, second = tmp_path / "a.h", tmp_path / "b.cc"
+    first.write_text("old a")
+    replace = os.replace
+    calls = []
+
+    def failing(source, target):
+        calls.append(target)
+        if str(target) == str(second):
+            raise OSError("disk full")
+        return replace(source, target)
+
+    monkeypatch.setattr(os, "replace", failing)
+    with pytest.raises(OSError, match="disk full"):
+        c_array.atomic_write_all([(first, "new a"), (second, "new b")], force=True)
+    monkeypatch.setattr(os, "replace", replace)
+    assert first.read_text() == "old a" and not second.exists()
+    assert [p.name for p in tmp_path.iterdir()] == ["a.h"]
+
+
+@pytest.mark.slow
+def test_truncated_or_foreign_bytes_are_refused_by_every_reader(exports, tmp_path):
+    model_bytes = exports["alibi"]
+    cut = model_bytes[: len(model_bytes) // 2]
+    for bad in (cut, model_bytes[:-9], b"\x00\x00\x00\x00TFL3" + b"\xff" * 40):
+        with pytest.raises(ValueError, match="truncated or not a TFLite model"):
+            device_contract(bad)
+    with pytest.raises(ValueError, match="truncated or not a TFLite model"):
+        verify_causal_lm(cut, lm("alibi"), calibration())
+    from tflite_export import contract
+
+    path = tmp_path / "lm.tflite"
+    path.write_bytes(cut)
+    run = subprocess.run(
+        [sys.executable, "-m", "tflite_export.contract", str(path)],
+        capture_output=True,
+        text=True,
+    )
+    assert run.returncode == 2 and "Traceback" not in run.stderr
+    error = [line for line in run.stderr.splitlines() if line.startswith("error:")]
+    assert len(error) == 1 and str(path) in error[0] and "truncated" in error[0]
+    assert contract.main([str(path)]) == 2
+
+
+@pytest.mark.slow
+def test_verify_causal_lm_names_token_ids_and_refuses_another_vocabulary(exports):
+    model_bytes = exports["alibi"]
+    with pytest.raises(ValueError, match="`token_ids` must be token ids"):
+        verify_causal_lm(model_bytes, lm("alibi"), np.full((1, 4), VOCAB + 3))
+    other = build_causal_lm(VOCAB + 5, hidden_dim=16, num_layers=2, num_heads=2)
+    with pytest.raises(ValueError, match="the export's vocabulary is 19"):
+        verify_causal_lm(model_bytes, other, calibration())

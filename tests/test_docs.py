@@ -1,0 +1,60 @@
+"""Every Python block and export command of docs/ runs here, as written."""
+
+import os
+import pathlib
+import re
+import subprocess
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
+
+#: The docs that hold Python blocks, with how many: a new block needs a test.
+BLOCKS = {"lm_on_device.md": 2}
+
+
+def python_blocks(name):
+    return re.findall(r"```python\n(.*?)```", (DOCS / name).read_text(), flags=re.S)
+
+
+def test_every_python_block_of_the_docs_is_one_this_file_runs():
+    found = {
+        path.name: len(python_blocks(path.name))
+        for path in sorted(DOCS.glob("*.md"))
+        if python_blocks(path.name)
+    }
+    assert found == BLOCKS
+
+
+@pytest.mark.slow
+def test_the_microcontroller_guide_runs_from_training_to_the_firmware_files(tmp_path):
+    """Its blocks in one process (make lm.keras and ids.npy, then QAT and
+    convert), then its export command on those files."""
+    pytest.importorskip("tflite_micro", reason="needs tflite-micro (TFLM)")
+    script = "\n".join(python_blocks("lm_on_device.md"))
+    script += "\nassert tflite_export.device_contract(model_bytes).vocab_size == 256\n"
+    _run([sys.executable, "-c", script], tmp_path)
+    doc = (DOCS / "lm_on_device.md").read_text()
+    command = re.search(r"```\n(python -m tflite_export lm\.keras.*?)```", doc, re.S)
+    words = command.group(1).replace("\\\n", " ").split()
+    run = _run([sys.executable, *words[1:]], tmp_path)
+    written = {"lm.tflite", "lm.cc", "lm.h", "lm_decode.h"}
+    assert written <= {path.name for path in tmp_path.iterdir()}
+    assert "| TFLM == LiteRT | True |" in run.stdout
+
+
+def _run(command, folder):
+    """`command` in `folder` with the repository importable; it must succeed."""
+    environment = dict(os.environ, PYTHONPATH=str(ROOT))
+    run = subprocess.run(
+        command,
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        env=environment,
+        timeout=900,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    return run
