@@ -178,7 +178,11 @@ def _walk(model, size):
 
 
 def model_ops(model_bytes):
-    """The builtin op names of a model's operator codes, sorted."""
+    """The builtin op names the model's operators run (every subgraph), sorted.
+
+    Operator codes no operator uses (the QAT export's rewrites leave some)
+    are not listed: a firmware registers what runs.
+    """
     from ai_edge_litert import schema_py_generated as schema
 
     model = read_model(model_bytes)
@@ -187,8 +191,13 @@ def model_ops(model_bytes):
         for key, value in vars(schema.BuiltinOperator).items()
         if key.isupper()
     }
+    used = set()
+    for g in range(model.SubgraphsLength()):
+        subgraph = model.Subgraphs(g)
+        for o in range(subgraph.OperatorsLength()):
+            used.add(subgraph.Operators(o).OpcodeIndex())
     found = set()
-    for k in range(model.OperatorCodesLength()):
+    for k in used:
         code = model.OperatorCodes(k)
         builtin = max(code.BuiltinCode(), code.DeprecatedBuiltinCode())
         found.add(names.get(builtin, f"BUILTIN_{builtin}"))
@@ -312,9 +321,14 @@ def smallest_arena(model_bytes):
         tried = [int(size) for size in re.findall(rf"{ARENA_PROBE} (\d+)", log)]
         crashed = code < 0 and tried and tried[-1] < MAX_ARENA_BYTES
         if not crashed or tried[-1] <= low:
-            lines = [line for line in log.splitlines() if line.strip()]
+            lines = [
+                line
+                for line in log.splitlines()
+                if line.strip() and not line.startswith(ARENA_PROBE)
+            ]
             raise RuntimeError(
-                "TFLM cannot run the model, so it has no arena: "
+                "TFLM cannot run the model, so it has no arena (pass arena_bytes= "
+                "to write a header anyway): "
                 + (lines[-1] if lines else f"exit status {code}")
             )
         # Sizes before the crash: each ran (the next one is at most it) or

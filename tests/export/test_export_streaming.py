@@ -107,7 +107,10 @@ def test_the_contract_and_header_say_the_step_streams():
     assert "#define G_LM_SINK_TOKENS 0" in header
     stopping = convert_causal_lm(lm("alibi"), calibration(), mode="float32")
     assert not device_contract(stopping).streams
-    assert "#define G_LM_STREAMS 0" in device_contract(stopping).c_header("g_lm")
+    with pytest.raises(RuntimeError, match="TFLM cannot run the model"):
+        device_contract(stopping).c_header("g_lm")  # LiteRT's prefill: no arena
+    header = device_contract(stopping).c_header("g_lm", arena_bytes=1)
+    assert "#define G_LM_STREAMS 0" in header
     with pytest.raises(ValueError, match="max_new_tokens.*cache length 64"):
         generate_tflite(stopping, [[1, 2]], 63)
 
