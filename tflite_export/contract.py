@@ -441,7 +441,7 @@ def main(argv=None):
     import pathlib
     import sys
 
-    from tflite_export.c_array import atomic_write
+    from tflite_export.c_array import atomic_write, check_targets
 
     parser = argparse.ArgumentParser(
         prog="python -m tflite_export.contract",
@@ -465,8 +465,8 @@ def main(argv=None):
         firmware.check_c_name(args.name, "--name")
         if args.header is not None and args.header.resolve() == args.model.resolve():
             raise ValueError(f"--header {args.header} is the model; choose another")
-        if args.header is not None and args.header.is_dir():
-            raise ValueError(f"--header {args.header} is a folder; name a file")
+        if args.header is not None:  # before the arena is measured
+            check_targets([args.header], args.force)
         contract = device_contract(args.model.read_bytes(), source=args.model)
         header = contract.c_header(args.name) if args.header else None
         if header is not None:

@@ -13,7 +13,6 @@ import numpy as np
 from keras_posenc import generation, samplers
 from tflite_export._child import run_worker
 from tflite_export.contract import device_contract
-from tflite_export.firmware import smallest_arena
 from tflite_export.verify import dequantize
 
 #: Interpreters `generate_tflite` can use.
@@ -91,7 +90,7 @@ def generate_tflite(
             max_new_tokens,
         )
     if runtime == "tflm":
-        return tflm_generation(model_bytes, prompts, lengths, options)[0]
+        return tflm_generation(model_bytes, prompts, lengths, options)
     return decode_rows(Decoder(model_bytes, "litert"), prompts, lengths, options)
 
 
@@ -238,10 +237,9 @@ TFLM_CAUSE = re.compile(r"Didn't find op|failed to prepare|not supported|!=")
 
 
 def tflm_generation(model_bytes, prompts, lengths, options):
-    """`(tokens, arena bytes)` from TFLM in a child process.
+    """Tokens from TFLM in a child process.
 
-    A RuntimeError says why it failed; the arena is the smallest with which
-    TFLM allocates and runs the model (`tflite_export.firmware.bisect_arena`).
+    A RuntimeError says why it failed.
     """
     arrays = {
         "model": np.frombuffer(bytes(model_bytes), np.uint8),
@@ -257,4 +255,4 @@ def tflm_generation(model_bytes, prompts, lengths, options):
         causes = [line for line in lines if TFLM_CAUSE.search(line)]
         reason = (causes or lines or [f"exit status {code}"])[-1]
         raise RuntimeError(f"TFLM generation failed: {reason}")
-    return results["tokens"], smallest_arena(model_bytes)
+    return results["tokens"]

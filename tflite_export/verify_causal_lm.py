@@ -7,6 +7,7 @@ import numpy as np
 from keras_posenc import generation
 from keras_posenc.models import CausalLM
 from tflite_export.contract import device_contract
+from tflite_export.firmware import smallest_arena
 from tflite_export.generate import Decoder, generate_tflite, tflm_generation
 
 
@@ -43,9 +44,9 @@ def verify_causal_lm(model_bytes, keras_model, token_ids):
     `-log2 p(next token)` over `token_ids`, read teacher-forced through the
     export's `decode` step (LiteRT) and through `keras_model`. For a TFLM
     export (a `decode` signature only) the first half of each row is also a
-    prompt for greedy generation in TFLM (a subprocess, which also finds the
-    smallest arena that runs the step: `arena_bytes`) and in LiteRT:
-    `greedy_agreement` is the share of new tokens that agree.
+    prompt for greedy generation in TFLM (a subprocess) and in LiteRT:
+    `greedy_agreement` is the share of new tokens that agree; `arena_bytes`
+    is the smallest arena with which TFLM runs the step (`smallest_arena`).
 
     Args:
         model_bytes: bytes of `convert_causal_lm`.
@@ -111,7 +112,8 @@ def verify_causal_lm(model_bytes, keras_model, token_ids):
     prompts, new = ids[:, :half], ids.shape[1] - half
     lengths = np.full(len(ids), half, np.int32)
     options = generation.sampling_options(new)
-    tflm, report.arena_bytes = tflm_generation(model_bytes, prompts, lengths, options)
+    tflm = tflm_generation(model_bytes, prompts, lengths, options)
+    report.arena_bytes = smallest_arena(model_bytes)
     reference = generate_tflite(model_bytes, prompts, new, runtime="litert")
     report.greedy_agreement = float(np.mean(tflm[:, half:] == reference[:, half:]))
     return report
