@@ -41,17 +41,21 @@ def lsh_oracle(
 ):
     """LSH attention, one (batch, head, round) at a time, in loops.
 
-    `rotations` `(R, H, K/2)`, `bias` `(B, N, T, T)` read at each scored
-    pair, `runs` `(B, T)` documents.
+    `rotations` `(R, H, K/2)` of the whole length's K; a row hashes on the
+    first `K_b / 2` columns, K_b the bucket count of its real tokens alone
+    (their chunk count, made even, 2 at least). `bias` `(B, N, T, T)` read at
+    each scored pair, `runs` `(B, T)` documents.
     """
     batch, heads, length, _ = q.shape
     real = np.ones((batch, length), bool) if key_mask is None else key_mask
     out = np.zeros(v.shape)
     for b in range(batch):
+        chunks = -(-int(real[b].sum()) // size)
+        row_buckets = max(chunks + chunks % 2, 2)
         for n in range(heads):
             unit = k[b, n] / np.linalg.norm(k[b, n], axis=-1, keepdims=True)
             contexts, totals = [], []
-            for rotation in rotations:
+            for rotation in rotations[:, :, : row_buckets // 2]:
                 turned = unit @ rotation
                 bucket = np.argmax(np.concatenate([turned, -turned], -1), -1)
                 bucket = np.where(real[b], bucket, 2 * rotation.shape[1])

@@ -2,7 +2,8 @@
 
 Usage: python -m tflite_export._tflm_worker, fed by `_child.run_worker` with
 `model` (the .tflite bytes as uint8) and either `inputs` (already quantized,
-one example per row: it returns `outputs`) or `arena_search`, the sizes
+one example per row: it returns `output_0 ..`, one per model output, and
+reads `num_outputs`, 1 by default) or `arena_search`, the sizes
 `(low, high)` to bisect between (it returns `arena`, the smallest arena that
 runs the model: `tflite_export.firmware.bisect_arena`).
 """
@@ -27,12 +28,14 @@ def run(arrays):
         found = bisect_arena(model, runtime, low, high, log=sys.stderr)
         return {"arena": np.array(found)}
     interpreter = runtime.Interpreter.from_bytes(model, arena_size=ARENA_BYTES)
-    outputs = []
+    count = int(arrays.get("num_outputs", 1))
+    outputs = [[] for _ in range(count)]
     for example in arrays["inputs"]:
         interpreter.set_input(example[None], 0)
         interpreter.invoke()
-        outputs.append(np.array(interpreter.get_output(0))[0])
-    return {"outputs": np.stack(outputs)}
+        for k in range(count):
+            outputs[k].append(np.array(interpreter.get_output(k))[0])
+    return {f"output_{k}": np.stack(rows) for k, rows in enumerate(outputs)}
 
 
 if __name__ == "__main__":

@@ -20,11 +20,14 @@ from keras_posenc import RotaryEmbedding
 from keras_posenc.models import CausalLM
 from keras_posenc.ops.cache import static_decoding
 from keras_posenc.ops.rotary import ROPE_TYPES
+from keras_posenc.training.quantization import check_float32
 from keras_posenc.utils import nested_layers
 from tflite_export.contract import device_contract
 from tflite_export.convert import (
+    FLOAT32_PURPOSE,
     ExportError,
     check_integer_ops,
+    check_trained_ranges,
     refuse_float_only_layers,
     save_for_converter,
 )
@@ -176,6 +179,7 @@ def convert_causal_lm(
                     "when decoding, and TFLM's EXP kernel is float-only (an int8 "
                     "EXP fails to prepare); export it with target='litert'"
                 )
+    check_float32(model, None if mode != "float32" else FLOAT32_PURPOSE)
     if mode != "float32":
         refuse_float_only_layers(model, mode)
     trained_ranges = calibration_ids is None
@@ -203,6 +207,7 @@ def convert_causal_lm(
         path = os.path.join(folder, "saved_model")
         with keras_posenc.ops.bounded_masking(), static_decoding():
             signatures = _signatures(model, max_length, keys, sink)
+            check_trained_ranges(model, list(signatures.values()))
             # Weights frozen into constants: the converter keeps variables of
             # multi-signature SavedModels as READ_VARIABLE ops otherwise.
             frozen = {key: freeze(function) for key, function in signatures.items()}

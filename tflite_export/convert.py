@@ -12,7 +12,9 @@ from tensorflow.python.framework.convert_to_constants import (
 )
 
 import keras_posenc
+from keras_posenc.training.quantization import check_float32
 from keras_posenc.utils import keras, nested_layers
+from tflite_export.tensor_names import name_tensors
 
 #: Conversion modes: int8 kernels and activations, int16 activations with int8
 #: weights, or the float32 reference.
@@ -21,6 +23,10 @@ MODES = ("int8", "int16x8", "float32")
 CALIBRATION_EXAMPLES = 200
 
 
+#: Why a float32 export needs a float32 model (`check_float32`).
+FLOAT32_PURPOSE = (
+    "TFLite (a float16 graph converts to float16 ops, which have no builtin kernels)"
+)
 INT16X8_OPS = tf.lite.OpsSet.EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8
 
 
@@ -63,6 +69,7 @@ def convert(model, representative_data, mode="int8", sequence_length=None):
         data = check_representative_data(model, representative_data, sequence_length)
         shape, dtype = data.shape[1:], data.dtype
     blockers = microcontroller_blockers(model)
+    check_float32(model, None if mode != "float32" else FLOAT32_PURPOSE)
     if mode != "float32":
         refuse_float_only_layers(model, mode)
     if blockers:
@@ -108,6 +115,9 @@ def _convert(converter, mode, dtype, trained_ranges, data):
     except Exception as error:  # the converter raises many private types
         message = f"TFLite conversion failed in mode={mode!r}: {error}"
         raise ExportError(message) from error
+    # The converter lists a multi-output model's outputs as it likes: Keras'
+    # order (output_0, output_1, ..), so a firmware's output 0 is the first.
+    model_bytes = name_tensors(model_bytes)
     check_io_types(model_bytes, mode, dtype)
     if trained_ranges:
         check_integer_ops(model_bytes)
@@ -148,6 +158,45 @@ def _trained_ranges_input(model, mode, sequence_length):
     return tuple(shape), np.dtype(tf.as_dtype(spec.dtype).as_numpy_dtype)
 
 
+def check_trained_ranges(model, functions):
+    """An `ExportError` naming the fake quantizers that the traced `functions`
+    read whose range never saw a training batch.
+
+    An unseen range is [0, 1e-6] (`ActivationRange`): the int8 model would
+    round every tensor behind it to zero, and its outputs would be constants.
+    """
+    read = {id(variable) for function in functions for variable in function.variables}
+    unseen = [
+        _path(layer.minimum)
+        for layer in nested_layers(model)
+        if isinstance(layer, keras_posenc.layers.ActivationRange)
+        and layer.built
+        and id(_tf_variable(layer.minimum)) in read
+        and float(layer.batches.numpy()) == 0.0
+    ]
+    if unseen:
+        listed = ", ".join(unseen[:4]) + (", ..." if len(unseen) > 4 else "")
+        raise ExportError(
+            f"`model` must have seen data before converting: {len(unseen)} of "
+            "the int8 ranges the export reads never saw a training batch "
+            f"({listed}), so every output of the int8 model would be a "
+            "constant. Fit it on at least one batch (model.fit), or seed the "
+            "ranges without changing a weight: model(x, training=True) on a "
+            "batch of real inputs"
+        )
+
+
+def _tf_variable(weight):
+    """The `tf.Variable` behind a Keras 3 variable (a Keras 2 weight is one)."""
+    return weight if isinstance(weight, tf.Variable) else weight.value
+
+
+def _path(weight):
+    """`block/attention/logits` of a range's `.../minimum` weight."""
+    name = getattr(weight, "path", None) or weight.name
+    return name.split(":")[0].rsplit("/", 1)[0]
+
+
 def check_integer_ops(model_bytes):
     """Raises unless every op of every subgraph (each signature of a decoding
     export: prefill and decode) computes in integers.
@@ -186,7 +235,8 @@ def check_io_types(model_bytes, mode, input_dtype):
     interpreter = Interpreter(model_content=model_bytes)
     want = "int8" if mode == "int8" else "int16"
     got_in = np.dtype(interpreter.get_input_details()[0]["dtype"]).name
-    got_out = np.dtype(interpreter.get_output_details()[0]["dtype"]).name
+    outs = {np.dtype(d["dtype"]).name for d in interpreter.get_output_details()}
+    got_out = ", ".join(sorted(outs))
     want_in = want if np.dtype(input_dtype).kind == "f" else "int32"
     if (got_in, got_out) != (want_in, want):
         raise ExportError(
@@ -319,7 +369,9 @@ def _converter(static, shape, dtype, folder):
             return {f"output_{i}": output for i, output in enumerate(outputs)}
         return {"output_0": outputs}
 
-    function = frozen(tf.function(serve).get_concrete_function(spec))
+    traced = tf.function(serve).get_concrete_function(spec)
+    check_trained_ranges(static, [traced])
+    function = frozen(traced)
     save_for_converter(folder, function)
     return tf.lite.TFLiteConverter.from_saved_model(folder)
 

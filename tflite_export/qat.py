@@ -69,9 +69,9 @@ def quantize_aware(model, engine="posenc"):
         raise ValueError(
             f"`engine` must be one of {ENGINES}. Received: engine={engine!r}"
         )
-    if engine == "posenc":
-        from keras_posenc.training.quantization import quantize_model
+    from keras_posenc.training.quantization import check_float32, quantize_model
 
+    if engine == "posenc":
         return quantize_model(model)
     if keras_posenc.IS_KERAS_3:
         raise QuantizationError(
@@ -82,8 +82,21 @@ def quantize_aware(model, engine="posenc"):
         )
     if not isinstance(model, keras.Model):
         raise TypeError(f"`model` must be a keras.Model. Received: model={model!r}")
+    check_float32(model)
     tfmot = _tfmot()
     qk = tfmot.quantization.keras
+    wrapped = [
+        layer.name
+        for layer in nested_layers(model)
+        if isinstance(layer, qk.QuantizeWrapper)
+        or isinstance(layer, keras_posenc.layers.ActivationRange)
+    ]
+    if wrapped:
+        raise ValueError(
+            "`model` must be a float model: a second quantization-aware copy "
+            "would start its ranges afresh and drop the trained ones. Received: "
+            f"{model.name}, already quantization-aware ({', '.join(wrapped[:4])})"
+        )
     config_class = _config_class(qk)
     registry = _default_registry()
     ours = tuple(package_classes().values())

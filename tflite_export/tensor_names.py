@@ -1,4 +1,4 @@
-"""Names and order for people: an LM export's signature tensors, edited in place.
+"""Names and order for people: an export's signature tensors, edited in place.
 
 The converter names a signature's outputs `PartitionedCall:N` and orders
 inputs and outputs as it likes; `name_tensors` gives the decode and prefill
@@ -17,7 +17,7 @@ from tflite_export.firmware import read_model
 
 
 def name_tensors(model_bytes):
-    """The LM export with every signature's tensors named and ordered for people.
+    """The export with every signature's tensors named and ordered for people.
 
     The converter names a signature's outputs `PartitionedCall:N` and orders
     inputs and outputs as it likes. This lays each signature's subgraph out
@@ -48,12 +48,17 @@ def name_tensors(model_bytes):
 
 
 def _order(name):
-    """Sort key: token/tokens, index, logits first, then caches by number."""
+    """Sort key: token/tokens, index, logits first, then caches by number,
+    then `convert`'s `output_0, output_1 ..` (a Keras model's outputs, in its
+    order) by number."""
     first = {"token": 0, "tokens": 0, "index": 1, "logits": 0}
     if name in first:
         return (first[name], 0, name)
-    match = re.fullmatch(r"cache_(\d+)", name)
-    return (2, int(match.group(1)), name) if match else (3, 0, name)
+    for rank, pattern in ((2, r"cache_(\d+)"), (3, r"output_(\d+)")):
+        match = re.fullmatch(pattern, name)
+        if match:
+            return (rank, int(match.group(1)), name)
+    return (4, 0, name)
 
 
 def _rename(data, tensor, name):

@@ -55,11 +55,16 @@ class Report:
 def verify(model_bytes, keras_model=None, x=None, y=None):
     """Runs `model_bytes` in LiteRT and TFLM and reports what it found.
 
+    A model of several outputs is compared output by output, in Keras'
+    order (`convert` keeps it): the errors are the largest over all of
+    them; dtypes and scale are the first output's.
+
     Args:
         model_bytes: the `.tflite` model.
         keras_model: optional float Keras model to compare outputs against.
         x: optional inputs `(N, ...)` (float or integer ids, unquantized).
-        y: optional integer labels `(N,)` (turn on accuracy reporting).
+        y: optional integer labels `(N,)` (turn on accuracy reporting; one
+            output models only).
 
     Returns:
         A `Report`.
@@ -74,53 +79,75 @@ def verify(model_bytes, keras_model=None, x=None, y=None):
             "max_new_tokens, runtime=...)"
         )
     inp = interpreter.get_input_details()[0]
-    out = interpreter.get_output_details()[0]
+    outs = interpreter.get_output_details()
+    if y is not None and len(outs) > 1:
+        raise ValueError(
+            "`y` must be None for a model of several outputs (accuracy reads "
+            f"one output's classes). Received: labels for {len(outs)} outputs"
+        )
+    if keras_model is not None and len(keras_model.outputs) != len(outs):
+        raise ValueError(
+            f"`keras_model` must have the TFLite model's {len(outs)} outputs. "
+            f"Received: {keras_model.name} with {len(keras_model.outputs)}"
+        )
     ops = sorted({op["op_name"] for op in interpreter._get_ops_details()})
     if x is None:
         x = np.zeros([2] + list(inp["shape"][1:]), dtype=inp["dtype"])
     x = np.asarray(x)
     quantized = quantize(x, inp)
-    litert = np.stack(
-        [_run_litert(interpreter, inp, out, example[None])[0] for example in quantized]
-    )
-    litert = dequantize(litert, out)
-    tflm_raw, tflm_info = run_tflm(model_bytes, quantized)
+    litert = _run_litert(interpreter, inp, outs, quantized)
+    tflm_raw, tflm_info = run_tflm(model_bytes, quantized, len(outs))
     report = Report(
         ops=ops,
         input_dtype=np.dtype(inp["dtype"]).name,
-        output_dtype=np.dtype(out["dtype"]).name,
+        output_dtype=np.dtype(outs[0]["dtype"]).name,
         size_bytes=len(model_bytes),
-        output_scale=float(out["quantization"][0]),
+        output_scale=float(outs[0]["quantization"][0]),
         tflm_ok=tflm_raw is not None,
         tflm_missing_ops=tflm_info["missing_ops"],
         tflm_error=tflm_info["error"],
         arena_bytes=tflm_info["arena_bytes"],
     )
-    tflm = None if tflm_raw is None else dequantize(tflm_raw, out)
-    if tflm is not None:
-        report.tflm_vs_litert = float(np.max(np.abs(tflm - litert)))
+    tflm = None
+    if tflm_raw is not None:
+        tflm = [dequantize(raw, out) for raw, out in zip(tflm_raw, outs)]
+        report.tflm_vs_litert = _largest_gap(tflm, litert)
     reference = None
     if keras_model is not None:
-        reference = np.asarray(keras_model.predict(x, verbose=0, batch_size=64))
-        report.max_error = float(np.max(np.abs(litert - reference)))
+        reference = keras_model.predict(x, verbose=0, batch_size=64)
+        reference = [
+            np.asarray(r)
+            for r in (
+                reference if isinstance(reference, (list, tuple)) else [reference]
+            )
+        ]
+        report.max_error = _largest_gap(litert, reference)
         if tflm is not None:
-            report.tflm_max_error = float(np.max(np.abs(tflm - reference)))
+            report.tflm_max_error = _largest_gap(tflm, reference)
     if y is not None:
         y = np.asarray(y)
-        report.accuracy_litert = _accuracy(litert, y)
-        report.accuracy_tflm = None if tflm is None else _accuracy(tflm, y)
-        report.accuracy_keras = None if reference is None else _accuracy(reference, y)
+        report.accuracy_litert = _accuracy(litert[0], y)
+        report.accuracy_tflm = None if tflm is None else _accuracy(tflm[0], y)
+        report.accuracy_keras = (
+            None if reference is None else _accuracy(reference[0], y)
+        )
     return report
 
 
-def run_tflm(model_bytes, quantized_inputs):
+def run_tflm(model_bytes, quantized_inputs, num_outputs=None):
     """`(raw outputs or None, info)` from the TFLM interpreter in a subprocess.
 
-    `info["arena_bytes"]` is the smallest arena that runs the model
-    (`tflite_export.firmware.bisect_arena`), not the larger one it ran in.
+    The outputs are one array `(N, ...)`, or with `num_outputs` a list of
+    that many, one per model output. `info["arena_bytes"]` is the smallest
+    arena that runs the model (`tflite_export.firmware.bisect_arena`), not
+    the larger one it ran in.
     """
     info = {"missing_ops": [], "error": None, "arena_bytes": None}
-    arrays = {"model": np.frombuffer(model_bytes, np.uint8), "inputs": quantized_inputs}
+    arrays = {
+        "model": np.frombuffer(model_bytes, np.uint8),
+        "inputs": quantized_inputs,
+        "num_outputs": np.array(num_outputs or 1),
+    }
     results, log, code = run_worker(
         "tflite_export._tflm_worker", arrays, TFLM_TIMEOUT_SECONDS
     )
@@ -135,7 +162,8 @@ def run_tflm(model_bytes, quantized_inputs):
         info["error"] = reason.strip()
         return None, info
     info["arena_bytes"] = smallest_arena(model_bytes)
-    return results["outputs"], info
+    outputs = [results[f"output_{k}"] for k in range(num_outputs or 1)]
+    return (outputs if num_outputs else outputs[0]), info
 
 
 def _litert(model_bytes):
@@ -149,10 +177,20 @@ def _litert(model_bytes):
     return interpreter
 
 
-def _run_litert(interpreter, inp, out, example):
-    interpreter.set_tensor(inp["index"], example)
-    interpreter.invoke()
-    return interpreter.get_tensor(out["index"])
+def _run_litert(interpreter, inp, outs, examples):
+    """Float32 outputs `[(N, ...)]` of LiteRT, one per output, one row per example."""
+    rows = [[] for _ in outs]
+    for example in examples:
+        interpreter.set_tensor(inp["index"], example[None])
+        interpreter.invoke()
+        for row, out in zip(rows, outs):
+            row.append(interpreter.get_tensor(out["index"])[0])
+    return [dequantize(np.stack(row), out) for row, out in zip(rows, outs)]
+
+
+def _largest_gap(ours, theirs):
+    """The largest `|a - b|` over outputs compared pairwise."""
+    return max(float(np.max(np.abs(a - b))) for a, b in zip(ours, theirs))
 
 
 def quantize(values, detail):

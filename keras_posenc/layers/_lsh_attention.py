@@ -77,6 +77,15 @@ class LSHAttention:
                 "False with attention_type='lsh' (it never builds the (T, S) weights)",
                 True,
             )
+        if call_arguments["segment_ids"] is not None:
+            _checks.fail(
+                "segment_ids",
+                "None with attention_type='lsh' (a packed row's documents share "
+                "the hashing and the sorted chunks, so one document's output "
+                "would depend on the others)",
+                "a segment_ids tensor",
+                fix="Train LSH attention on one document per row",
+            )
         for name in _REFUSED + ("cache",):
             if call_arguments[name] is not None:
                 _checks.fail(
@@ -87,14 +96,14 @@ class LSHAttention:
                     f"a {name}",
                 )
 
-    def _lsh_context(self, inputs, heads, key_mask, causal, training, start, segments):
+    def _lsh_context(self, inputs, heads, key_mask, causal, training, start):
         """Context `(B, N, T, Hv)` of heads-first `(q, k, v)` by `ops.lsh`."""
         q, k, v = heads
         pair_bias = None
         if self.position_bias is not None:
 
             def pair_bias(q_index, k_index):
-                return self._pair_bias(inputs, q_index, k_index, start, segments)
+                return self._pair_bias(inputs, q_index, k_index, start)
 
         return ops.lsh.lsh_attention(
             q,
@@ -105,19 +114,17 @@ class LSHAttention:
             self.hash_seed,
             key_mask=key_mask,
             causal=causal,
-            runs=None if segments is None else segments[0],
             pair_bias=pair_bias,
             dropout=lambda weights: self._dropout_layer(weights, training=training),
         )
 
-    def _pair_bias(self, inputs, q_index, k_index, start, segments):
+    def _pair_bias(self, inputs, q_index, k_index, start):
         """Float32 bias `(B, N, R, nc, C, 2C)` of the scored pairs.
 
         A producer that reads `j - i` alone is evaluated once on the
         `2T - 1` distances and gathered per head; any other is called per
-        head at the pairs' true positions (in packed rows, the positions
-        inside each run), one `(B R nc, N, C, 2C)` bias of which it keeps
-        its head.
+        head at the pairs' true positions, one `(B R nc, N, C, 2C)` bias of
+        which it keeps its head.
         """
         producer, length = self.position_bias, dim(inputs[0], 1)
         if getattr(producer, "translation_invariant", False):
@@ -131,17 +138,7 @@ class LSHAttention:
         heads = []
         for head in range(self.num_heads):
             at = [x[:, head] for x in (q_index, k_index)]  # (B, R, nc, C | 2C)
-            if segments is None:
-                at = [x + tf.cast(start, x.dtype) for x in at]
-            else:  # the in-run positions of those tokens
-                rows = tf.shape(at[0])[0]
-                at = [
-                    tf.reshape(
-                        tf.gather(segments[1], tf.reshape(x, [rows, -1]), batch_dims=1),
-                        tf.shape(x),
-                    )
-                    for x in at
-                ]
+            at = [x + tf.cast(start, x.dtype) for x in at]
             flat = [tf.reshape(x, [-1, x.shape[-1]]) for x in at]
             bias = producer(*inputs, positions=flat[0], key_positions=flat[1])
             bias = tf.cast(bias, tf.float32)[:, head]  # (B R nc, C, 2C)

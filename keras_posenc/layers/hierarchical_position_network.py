@@ -20,7 +20,7 @@ GENERATOR_PARTS = {
 #: outputs (the content half of the first layer and the folded position
 #: half, or the convolution's output); each layer also rounds its sum
 #: `x + pos_info`.
-GENERATOR_POINTS = {"sinusoid": ("content", "positions"), "conv": ("conv",)}
+GENERATOR_POINTS = {"sinusoid": ("content", "positions"), "conv": ("conv", "read")}
 
 
 @register
@@ -256,7 +256,15 @@ class HierarchicalPositionNetwork(keras.layers.Layer):
         if mask is not None and self.position_features == "conv":
             # Padded neighbours read as zeros, as past the end of a shorter input.
             real = tf.cast(mask, bool)[:, :, None]
-            inputs_read = tf.where(real, inputs_read, tf.zeros_like(inputs_read))
+            if self.quantize:  # int8: times 0/1 weights on their exact grid
+                # (a SELECT of the input and a zero would need one scale
+                # twice, which the converter recomputes and refuses)
+                weights = quantization.fake_quant(tf.where(real, 1.0, 0.0), 0.0, 1.0)
+                weights = tf.cast(weights, inputs_read.dtype)
+                inputs_read = rounding("read", inputs_read * weights)
+            else:
+                zeros = tf.zeros_like(inputs_read)
+                inputs_read = tf.where(real, inputs_read, zeros)
         features = inputs_read
         if state is not None and not (self.causal and self.position_features == "conv"):
             raise ValueError(

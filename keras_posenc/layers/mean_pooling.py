@@ -5,6 +5,7 @@ import tensorflow as tf
 from keras_posenc import _checks
 from keras_posenc._compat import build_sublayer, keras, register
 from keras_posenc.layers._rounding import rounder, rounding_points
+from keras_posenc.ops import quantization
 
 
 @register
@@ -15,7 +16,8 @@ class MeanPooling(keras.layers.Layer):
     row with no real token: Keras divides 0 by 0 (NaN logits, and a division
     by zero that breaks int8 exports), this layer returns zeros (the divisor
     is at least 1). Masked inputs are zeroed first, so a NaN in a padded
-    position never reaches the output.
+    position never reaches the output (with `quantize=True` they are
+    weighted by 0 instead, as the int8 model sums them).
 
     Args:
         quantize: bool, fake-quantize the sum and the mean as int8 TFLite
@@ -59,10 +61,23 @@ class MeanPooling(keras.layers.Layer):
         r = rounder(self.rounding, training)
         if mask is None:
             return r("output", tf.reduce_mean(inputs, axis=1))
-        real = tf.cast(mask, inputs.dtype)[:, :, None]  # (B, T, 1)
-        kept = tf.where(tf.cast(real, bool), inputs, tf.zeros_like(inputs))
-        count = tf.maximum(tf.reduce_sum(real, axis=1), 1.0)  # (B, 1)
-        return r("output", r("sum", tf.reduce_sum(kept, axis=1)) / count)
+        mask = tf.cast(mask, tf.bool)[:, :, None]  # (B, T, 1)
+        real = tf.where(mask, 1.0, 0.0)  # no bool-to-float cast: int8 SELECT
+        if self.quantize:
+            # The 0/1 weights on their exact grid, whole counts on a fixed
+            # one (exact up to 255), the sum a BATCH_MATMUL by the weights:
+            # a SELECT of the input would need its scale twice, which the
+            # converter recomputes and then refuses as unequal.
+            real = quantization.fake_quant(real, 0.0, 1.0)
+            high = tf.maximum(255.0, _length(inputs))
+            count = quantization.fake_quant(tf.reduce_sum(real, axis=1), 0.0, high)
+            weights = tf.cast(tf.transpose(real, [0, 2, 1]), inputs.dtype)  # (B, 1, T)
+            summed = tf.matmul(weights, inputs)[:, 0]
+        else:
+            count = tf.reduce_sum(real, axis=1)  # (B, 1)
+            summed = tf.reduce_sum(tf.where(mask, inputs, tf.zeros_like(inputs)), 1)
+        count = tf.cast(tf.maximum(count, 1.0), inputs.dtype)
+        return r("output", r("sum", summed) / count)
 
     def compute_mask(self, inputs, mask=None):
         return None
@@ -74,3 +89,8 @@ class MeanPooling(keras.layers.Layer):
         config = super().get_config()
         config.update({"quantize": self.quantize})
         return config
+
+
+def _length(inputs):
+    """T of `(B, T, D)` as a float32 scalar."""
+    return tf.cast(tf.shape(inputs)[1], tf.float32)

@@ -164,10 +164,12 @@ class RelativeMultiHeadAttention(
             bias is evaluated at the true positions of every scored pair.
             Takes Keras masks, causal masking (a query's chunk depends on
             the buckets of later tokens, not on their values: no cached
-            decoding) and `segment_ids`; not `attention_window`,
-            `quantize`, `contextual_position`, `attention_mask`,
-            `attention_bias`, explicit positions, returned scores or a
-            `cache`; no TFLite export (it sorts). Defaults to `"dense"`.
+            decoding); padding never changes a real token's output (each
+            row hashes into the bucket count of its real tokens). Not
+            `attention_window`, `quantize`, `contextual_position`,
+            `attention_mask`, `attention_bias`, `segment_ids` (buckets would
+            route across documents), explicit positions, returned scores or
+            a `cache`; no TFLite export (it sorts). Defaults to `"dense"`.
         num_hashes: int R, the hashing rounds of `"lsh"`. Defaults to `2`.
         bucket_size: int C, the chunk length of `"lsh"`. Defaults to `64`.
         hash_seed: int, the seed of the rotations of `"lsh"`: they are a
@@ -219,8 +221,9 @@ class RelativeMultiHeadAttention(
             query attends only to keys of its run, and the bias and the
             rotation read positions that restart at 0 in each run
             (`keras_posenc.ops.segments`), so every document gets the output
-            it gets alone. Dense and block-local; not with `cache`,
-            `positions` or a rotary type that reads the current length.
+            it gets alone. Dense and block-local; not LSH (its buckets route
+            across documents), not with `cache`, `positions` or a rotary
+            type that reads the current length.
 
     Returns:
         The `(B, T, output_dim)` output; with `return_attention_scores` also
@@ -407,6 +410,7 @@ class RelativeMultiHeadAttention(
             cache=cache,
             cache_update_index=cache_update_index,
             self_attention=self_attention,
+            segment_ids=segment_ids,
         )
         where = dict(
             start_index=start_index, positions=positions, key_positions=key_positions
@@ -833,7 +837,7 @@ class RelativeMultiHeadAttention(
             folded, start = [swap(x) for x in heads], where["start_index"]
             if self.attention_type == "lsh":
                 context = self._lsh_context(
-                    inputs, folded, keys, causal, training, start, segments
+                    inputs, folded, keys, causal, training, start
                 )
             else:
                 context = self._local_context(

@@ -21,6 +21,7 @@ from keras_posenc.models.methods import (
     SHARED_BIAS_METHODS,
     PositionMethod,
 )
+from keras_posenc.models.packed import PackedModel
 from keras_posenc.models.stack import TransformerStack
 
 __all__ = [
@@ -31,6 +32,7 @@ __all__ = [
     "RELATIVE_METHODS",
     "SHARED_BIAS_METHODS",
     "CausalLM",
+    "PackedModel",
     "PositionMethod",
     "TransformerStack",
     "build_causal_lm",

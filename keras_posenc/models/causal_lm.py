@@ -10,6 +10,7 @@ from keras_posenc.layers.quantized_dense import QuantizedDense
 from keras_posenc.layers.rotary_embedding import RotaryEmbedding
 from keras_posenc.layers.token_embedding import TokenEmbedding
 from keras_posenc.models._generating import MAX_COMPILED_STEPS, Generating
+from keras_posenc.models.packed import SegmentIdsCheck
 from keras_posenc.models.stack import (
     TransformerStack,
     check_sequence_length,
@@ -21,7 +22,7 @@ __all__ = ["MAX_COMPILED_STEPS", "CausalLM", "build_causal_lm"]
 
 
 @register
-class CausalLM(Generating, keras.Model):
+class CausalLM(SegmentIdsCheck, Generating, keras.Model):
     """A decoder-only Transformer language model: `(B, T)` ids -> `(B, T, V)` logits.
 
     A functional model (train it with `model.fit`, save it as `.keras`) that

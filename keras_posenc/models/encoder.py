@@ -10,6 +10,7 @@ from keras_posenc._compat import keras
 from keras_posenc.layers.mean_pooling import MeanPooling
 from keras_posenc.layers.token_embedding import TokenEmbedding
 from keras_posenc.models.methods import METHODS
+from keras_posenc.models.packed import PackedModel
 from keras_posenc.models.stack import (
     TransformerStack,
     check_sequence_length,
@@ -93,7 +94,8 @@ def build_encoder(
             (0 is padding), every position restarts at 0 in each document
             and attention stays inside it, so each token gets the output it
             gets in its document alone (with `attention_window`: documents
-            that start at a multiple of the window). Defaults to `False`.
+            that start at a multiple of the window); not with LSH
+            attention. Defaults to `False`.
         attention_type: str, `"dense"` (block-local with
             `attention_window`) or `"lsh"`: every attention is LSH attention
             (Reformer's: shared query-key heads hashed into buckets, sorted,
@@ -115,6 +117,16 @@ def build_encoder(
             "given, or input_dim given, but not both",
             vocab_size,
             fix=f"Received input_dim={input_dim!r} too",
+        )
+    if _checks.boolean("packed", packed) and attention_type == "lsh":
+        _checks.fail(
+            "packed",
+            "False with attention_type='lsh' (a packed row's documents share "
+            "the hashing and the sorted chunks, so a document's output would "
+            "depend on the others in its row)",
+            packed,
+            fix="Train LSH attention on one document per row, or use "
+            "attention_type='dense' (attention_window=W for long rows)",
         )
     stack = TransformerStack(
         position,
@@ -148,7 +160,8 @@ def build_encoder(
         input_dim = _checks.positive_int("input_dim", input_dim)
         inputs = keras.Input((sequence_length, input_dim), name="features")
         x = keras.layers.Dense(hidden_dim, name="input_projection")(inputs)
-    return keras.Model(inputs, stack.forward(x, segment_ids=segments), name=name)
+    model_class = keras.Model if segments is None else PackedModel
+    return model_class(inputs, stack.forward(x, segment_ids=segments), name=name)
 
 
 def build_classifier(num_classes, **encoder_kwargs):
@@ -191,4 +204,4 @@ def build_token_classifier(num_classes, **encoder_kwargs):
     num_classes = _checks.positive_int("num_classes", num_classes)
     encoder = build_encoder(**encoder_kwargs)
     logits = keras.layers.Dense(num_classes, name="logits")(encoder.output)
-    return keras.Model(encoder.input, logits, name="token_classifier")
+    return type(encoder)(encoder.input, logits, name="token_classifier")

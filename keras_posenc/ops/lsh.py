@@ -11,8 +11,9 @@ Conventions (Reformer's): keys are the queries' unit vectors; a query scores
 itself at `SELF_VALUE` so it attends to itself only when nothing else is
 allowed; masked keys (Keras masks, padding) sort past every bucket, so they
 never take a real token's place in a chunk; the first chunk has no chunk
-before it (no wrap-around), so padding at the end never changes a real
-token's chunks while the bucket count stays the same.
+before it (no wrap-around); and each row hashes into the bucket count of
+its real tokens (`bucket_count` of their number), so padding never changes
+a real token's bucket, chunk or output.
 """
 
 import tensorflow as tf
@@ -29,7 +30,7 @@ def bucket_count(length, bucket_size):
     """K, the number of hash buckets of a length: the chunk count, even, >= 2.
 
     `ceil(T / C)` rounded up to even (the rotations hash into `[xR, -xR]`),
-    2 at least; int for a static length, else a scalar tensor.
+    2 at least; int for a static length, else a tensor of the lengths' shape.
     """
     chunks = -(-length // bucket_size)
     return (
@@ -40,20 +41,43 @@ def bucket_count(length, bucket_size):
 
 
 def random_rotations(num_hashes, head_dim, buckets, seed):
-    """Float32 `(R, H, K/2)` rotations of the hashing, a function of the seed and K."""
-    shape = [num_hashes, head_dim, buckets // 2]
+    """Float32 `(R, H, K/2)` rotations of the hashing, a function of the seed.
+
+    Column `k` does not depend on K: the rotations of fewer buckets are the
+    first columns of those of more (drawn `(K/2, R, H)`, a counter-based
+    generator's prefix), so a padded row hashes its real tokens as the
+    same row unpadded does (`hash_buckets`' `row_buckets`).
+    """
+    shape = [buckets // 2, num_hashes, head_dim]
     if tf.is_tensor(buckets):
         shape = tf.stack(shape)
-    seed = tf.stack([tf.constant(seed, tf.int32), tf.cast(buckets, tf.int32)])
     # Philox by name: the default algorithm differs under XLA.
-    return tf.random.stateless_normal(shape, seed=seed, alg="philox")
+    drawn = tf.random.stateless_normal(
+        shape, seed=tf.constant([seed, 0], tf.int32), alg="philox"
+    )
+    return tf.transpose(drawn, [1, 2, 0])
 
 
-def hash_buckets(vectors, rotations):
-    """int32 buckets `(B, N, R, T)` in `[0, K)` of vectors `(B, N, T, H)`."""
+def hash_buckets(vectors, rotations, row_buckets=None):
+    """int32 buckets `(B, N, R, T)` of vectors `(B, N, T, H)`.
+
+    In `[0, K)` of the rotations' K; with `row_buckets` (int `(B,)`, even,
+    at most K) row b hashes into its own `row_buckets[b]`, on the first
+    `row_buckets[b] / 2` rotation columns, as it would alone.
+    """
     rotated = tf.einsum("bnth,rhk->bnrtk", tf.cast(vectors, tf.float32), rotations)
-    both = tf.concat([rotated, -rotated], axis=-1)  # (B, N, R, T, K)
-    return tf.argmax(both, axis=-1, output_type=tf.int32)
+    if row_buckets is None:
+        both = tf.concat([rotated, -rotated], axis=-1)  # (B, N, R, T, K)
+        return tf.argmax(both, axis=-1, output_type=tf.int32)
+    half = dim(rotations, 2)
+    row_half = tf.reshape(tf.cast(row_buckets, tf.int32) // 2, [-1, 1, 1, 1, 1])
+    kept = tf.range(half) < row_half  # (B, 1, 1, 1, K/2)
+    lowest = tf.float32.min
+    both = tf.concat(
+        [tf.where(kept, rotated, lowest), tf.where(kept, -rotated, lowest)], axis=-1
+    )
+    index = tf.argmax(both, axis=-1, output_type=tf.int32)  # (B, N, R, T)
+    return tf.where(index < half, index, index - half + row_half[..., 0])
 
 
 def lsh_attention(
@@ -102,7 +126,11 @@ def lsh_attention(
     query, key, value = (_pad(x, padded, axis=2) for x in (query, key, value))
     key = tf.math.l2_normalize(tf.cast(key, tf.float32), axis=-1)
     rotations = random_rotations(num_hashes, key.shape[-1], buckets, seed)
-    hashed = hash_buckets(key, rotations)  # (B, N, R, Tp)
+    # Each row hashes into the buckets of its real length: padding never
+    # changes a real token's bucket.
+    real_count = tf.reduce_sum(tf.cast(real, tf.int32), axis=1)  # (B,)
+    row_buckets = bucket_count(real_count, bucket_size)
+    hashed = hash_buckets(key, rotations, row_buckets)  # (B, N, R, Tp)
     hashed = tf.where(real[:, None, None, :], hashed, buckets)  # masked: last
     # (bucket, position) as one unique int64 key: a total order, no overflow.
     ticket = tf.cast(hashed, tf.int64) * tf.cast(padded, tf.int64)

@@ -79,14 +79,32 @@ def quantize_model(model):
 
     Returns:
         A `keras.Model` with the same inputs, outputs and float weights, whose
-        rounding ranges start from its first training batch.
+        rounding ranges start from its first training batch (or from a call
+        `qat_model(x, training=True)`, which changes no weight): until then
+        `tflite_export` refuses to convert it.
     """
     if isinstance(model, CausalLM):
+        check_float32(model)
         return _quantized_causal_lm(model)
     if not isinstance(model, keras.Model) or not getattr(model, "inputs", None):
         raise TypeError(
             f"`model` must be a functional keras.Model. Received: {model!r}"
         )
+    rounding = [
+        layer.name
+        for layer in nested_layers(model)
+        if isinstance(layer, (ActivationRange, QuantizedDense, QuantizedAdd))
+        or _rounds(layer)
+    ]
+    if rounding:
+        raise ValueError(
+            "`model` must be a float model: a second quantization-aware copy "
+            "would start its ranges afresh and drop the trained ones. Received: "
+            f"{model.name}, already quantization-aware (rounding layers "
+            f"{', '.join(rounding[:4])}{', ...' if len(rounding) > 4 else ''}). "
+            "Train it on, or convert it: tflite_export.convert(model, None)"
+        )
+    check_float32(model)
     problems = unsupported_layers(model)
     if problems:
         raise ValueError(
@@ -108,6 +126,32 @@ def quantize_model(model):
     return copy
 
 
+def check_float32(model, purpose=None):
+    """A `ValueError` naming the first layer of `model` that computes in
+    another dtype than float32 (a mixed precision policy).
+
+    `purpose` says what needs float32; by default int8 (quantization-aware
+    training and int8 TFLite round float32 tensors, and the converter
+    cannot quantize float16 ones).
+    """
+    purpose = purpose or (
+        "int8 (quantization-aware training and int8 TFLite round float32 tensors)"
+    )
+    for layer in nested_layers(model):
+        dtype = getattr(layer, "compute_dtype", None) or "float32"
+        skip = isinstance(layer, (keras.Model, keras.layers.InputLayer))
+        if dtype != "float32" and not skip:
+            policy = getattr(layer, "dtype_policy", None)
+            policy = getattr(policy, "name", policy)
+            raise ValueError(
+                f"`model` must compute in float32 for {purpose}. Received: "
+                f"layer {layer.name!r} of {model.name} with dtype policy "
+                f"{policy!r} (compute dtype {dtype}). Build the model again "
+                "under keras.mixed_precision.set_global_policy('float32') and "
+                "copy the weights: float_model.set_weights(model.get_weights())"
+            )
+
+
 def unsupported_layers(model):
     """Why each layer or operation of `model` cannot be quantized, as text."""
     problems = []
@@ -118,6 +162,8 @@ def unsupported_layers(model):
                 f"{operation.name}: reads a float model input (only a Dense can "
                 "round the features it reads)"
             )
+        elif _computes_a_mask(operation):
+            continue  # Keras' own mask logic (not_equal, logical_or): no rounding
         elif not isinstance(operation, keras.layers.Layer):
             problems.append(
                 f"{operation.name}: a tensor operation (use a layer, e.g. "
@@ -128,6 +174,14 @@ def unsupported_layers(model):
         ):
             problems.append(
                 f"{operation.name}: " + "; ".join(_attention_problems(operation))
+            )
+        elif isinstance(operation, GatedPositionFusion) and _reads_a_mask(operation):
+            problems.append(
+                f"{operation.name}: a Keras mask reaches it (mask_zero=True): "
+                "its mean over each row's real keys is computed at run time, "
+                "and that rounding is not modelled. Build the model with "
+                "mask_zero=False (rows of one length), or use another method "
+                "(position='t5', 'alibi', ...)"
             )
         elif not isinstance(
             operation, ROUNDING_LAYERS + PASS_THROUGH + tuple(REPLACED)
@@ -144,6 +198,37 @@ def _attention_problems(attention):
     if attention.rotary is not None:
         problems += rotary_rounding_problems(attention.rotary, attention.key_dim)
     return problems
+
+
+def _rounds(layer):
+    """Whether `layer` was built with `quantize=True` (or `"cache"`); Keras 3
+    layers also have a `quantize` method, which is not that."""
+    flag = getattr(layer, "quantize", False)
+    return isinstance(flag, (bool, str)) and bool(flag)
+
+
+def _reads_a_mask(layer):
+    """Whether a Keras mask comes with an input of `layer` in its model."""
+    return any(
+        getattr(tensor, "_keras_mask", None) is not None
+        for node in layer._inbound_nodes
+        for tensor in tf.nest.flatten(node.input_tensors)
+    )
+
+
+def _computes_a_mask(operation):
+    """Whether `operation` is a Keras 3 tensor operation whose every output is
+    boolean (the functional graph's mask logic): int8 rounds nothing there."""
+    if isinstance(operation, keras.layers.Layer):
+        return False
+    outputs = [
+        tensor
+        for node in getattr(operation, "_inbound_nodes", [])
+        for tensor in tf.nest.flatten(node.output_tensors)
+    ]
+    return bool(outputs) and all(
+        tf.as_dtype(tensor.dtype) == tf.bool for tensor in outputs
+    )
 
 
 def float_input_readers(model):

@@ -262,3 +262,33 @@ def test_masked_models_export_with_the_bounded_penalty():
     )
     assert report.max_error <= 6 * report.output_scale, report.max_error
     assert report.tflm_ok, report.tflm_error  # padded values: no 5-D slice
+
+
+def _two_heads():
+    """Outputs `[(2,) "zz_first", (3,) "aa_second"]`: names sort the other way."""
+    keras.utils.set_random_seed(0)
+    inputs = keras.Input((4,))
+    first = keras.layers.Dense(2, name="zz_first")(inputs)
+    second = keras.layers.Dense(3, name="aa_second")(inputs)
+    return keras.Model(inputs, [first, second])
+
+
+def test_several_outputs_keep_keras_order_in_the_file_and_in_verify():
+    pytest.importorskip("ai_edge_litert", reason="needs ai-edge-litert (LiteRT)")
+    from ai_edge_litert.interpreter import Interpreter
+
+    model = _two_heads()
+    x = np.random.default_rng(0).normal(size=(20, 4)).astype("float32")
+    model_bytes = tflite_export.convert(model, x, mode="int8")
+    outputs = Interpreter(model_content=model_bytes).get_output_details()
+    assert [tuple(o["shape"]) for o in outputs] == [(1, 2), (1, 3)]
+    assert [o["name"] for o in outputs] == ["output_0", "output_1"]
+    report = tflite_export.verify(model_bytes, model, x)
+    assert report.tflm_ok, report.tflm_error
+    # Each output against its own Keras head: a swap could not even compare.
+    step = max(o["quantization"][0] for o in outputs)
+    assert report.max_error <= 2 * step and report.tflm_max_error <= 2 * step
+    with pytest.raises(ValueError, match="`y` must be None for a model of several"):
+        tflite_export.verify(model_bytes, model, x, np.zeros(20, "int32"))
+    with pytest.raises(ValueError, match="`keras_model` must have the TFLite model"):
+        tflite_export.verify(model_bytes, keras.Model(model.input, model.outputs[0]), x)

@@ -50,6 +50,21 @@ def lookup_task(rows, seed):
     return x, y
 
 
+def _small(position="alibi", **kwargs):
+    """A one-layer D=8 classifier of 8 token ids (vocabulary 10)."""
+    keras.utils.set_random_seed(0)
+    return models.build_classifier(
+        2,
+        vocab_size=10,
+        sequence_length=8,
+        position=position,
+        hidden_dim=8,
+        num_heads=2,
+        num_layers=1,
+        **kwargs,
+    )
+
+
 def trained_qat(position, epochs=5, qat_epochs=1):
     keras.utils.set_random_seed(0)
     x, y = lookup_task(640, 0)
@@ -93,17 +108,7 @@ FIDELITY = "dynamic_bias"
 def test_every_covered_method_converts_to_integer_ops_without_data(position):
     """The methods the fidelity test does not train, converted untrained."""
     pytest.importorskip("ai_edge_litert", reason="needs ai-edge-litert (LiteRT)")
-    keras.utils.set_random_seed(0)
-    model = models.build_classifier(
-        2,
-        vocab_size=10,
-        sequence_length=8,
-        position=position,
-        hidden_dim=8,
-        num_heads=2,
-        num_layers=1,
-    )
-    qat = tflite_export.quantize_aware(model)
+    qat = tflite_export.quantize_aware(_small(position))
     qat(lookup_task(16, 0)[0][:, :8], training=True)  # ranges, no weight change
     model_bytes = tflite_export.convert(qat, None, mode="int8")
     check_integer_ops(model_bytes)  # convert checked it; so does this test
@@ -236,3 +241,86 @@ if IS_KERAS_3:  # Checks of the converter on a trained or edited QAT graph: one
         assert report.tflm_ok, report.tflm_error
         steps = QAT_STEPS * report.output_scale  # measured: 1 to 3 steps
         assert report.max_error <= steps and report.tflm_max_error <= steps
+
+
+def test_ranges_that_never_saw_data_are_refused_until_they_do():
+    # The issue's case: converted before any batch, every int8 output was
+    # the same constant (accuracy at chance).
+    qat = tflite_export.quantize_aware(_small())
+    with pytest.raises(tflite_export.ExportError, match="never saw a training batch"):
+        tflite_export.convert(qat, None, mode="int8")
+    x = lookup_task(16, 0)[0][:, :8]
+    with pytest.raises(tflite_export.ExportError, match="model.fit.*training=True"):
+        tflite_export.convert(qat, x, mode="int8")  # data does not replace them
+    qat(x, training=True)  # ranges from one batch, no weight change
+    model_bytes = tflite_export.convert(qat, None, mode="int8")
+    report = tflite_export.verify(model_bytes, qat, x)
+    assert report.max_error <= 8 * report.output_scale  # not a constant
+    rows = np.unique(np.round(np.asarray(qat(x)), 3), axis=0)
+    assert len(rows) > 1
+
+
+def test_a_quantization_aware_model_is_not_made_quantization_aware_again():
+    qat = tflite_export.quantize_aware(_small())
+    with pytest.raises(ValueError, match="must be a float model.*already quantiz"):
+        tflite_export.quantize_aware(qat)
+    if not IS_KERAS_3:  # TF-MOT runs in Keras 2 only
+        with pytest.raises(ValueError, match="must be a float model.*already quant"):
+            tflite_export.quantize_aware(qat, engine="tfmot")
+        wrapped = tflite_export.quantize_aware(_small(), engine="tfmot")
+        with pytest.raises(ValueError, match="must be a float model.*already quant"):
+            tflite_export.quantize_aware(wrapped, engine="tfmot")
+
+
+def test_mixed_precision_is_refused_for_int8_naming_the_policy():
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    try:
+        model = _small()
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+    x = lookup_task(16, 0)[0][:, :8]
+    match = "float32 for int8.*'embedding'.*'mixed_float16'.*set_global_policy"
+    with pytest.raises(ValueError, match=match):
+        tflite_export.quantize_aware(model)
+    for mode in ("int8", "int16x8"):
+        with pytest.raises(ValueError, match=match):
+            tflite_export.convert(model, x, mode=mode)
+    with pytest.raises(ValueError, match="float32 for TFLite.*'mixed_float16'"):
+        tflite_export.convert(model, x, mode="float32")  # float16 ops: no kernels
+
+
+#: Masked QAT in `make check`: the pooled count, a masked convolution
+#: (hybrid's generator) and attention's masked logits.
+MASKED_FAST = ("t5", "hybrid")
+
+
+@pytest.mark.parametrize(
+    "position",
+    [
+        p if p in MASKED_FAST else pytest.param(p, marks=pytest.mark.slow)
+        for p in split_between_passes(
+            [m for m in QUANTIZED_METHODS if m != "gated"], ("t5", "rope")
+        )
+    ],
+)
+def test_a_masked_model_is_quantization_aware_and_converts_to_integer_ops(position):
+    """Keras 3 records the mask's `not_equal`/`logical_or` as operations of
+    the model; they round nothing. Padding never changes the real tokens'
+    outputs, and the int8 model stays within a few steps of the QAT one."""
+    pytest.importorskip("ai_edge_litert", reason="needs ai-edge-litert (LiteRT)")
+    qat = tflite_export.quantize_aware(_small(position, mask_zero=True))
+    x = lookup_task(32, 2)[0][:, :8]
+    x[::2, 5:] = 0  # padding
+    qat(x, training=True)
+    model_bytes = tflite_export.convert(qat, None, mode="int8")  # integer ops only
+    report = tflite_export.verify(model_bytes, qat, x)
+    assert report.tflm_ok, report.tflm_error
+    steps = QAT_STEPS * report.output_scale * 1.001
+    assert report.max_error <= steps and report.tflm_max_error <= steps
+    cropped = np.asarray(qat(np.pad(x[::2, :5], [(0, 0), (0, 3)])))
+    np.testing.assert_allclose(cropped, np.asarray(qat(x[::2])), atol=1e-5)
+
+
+def test_gated_fusion_under_a_mask_is_refused_naming_the_mask_and_the_fix():
+    with pytest.raises(ValueError, match="gated_fusion: a Keras mask.*mask_zero=False"):
+        tflite_export.quantize_aware(_small("gated", mask_zero=True))

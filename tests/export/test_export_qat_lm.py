@@ -193,3 +193,27 @@ def test_data_free_conversion_needs_a_quantization_aware_lm():
     )
     with pytest.raises(tflite_export.ExportError, match="in mode='int8' only"):
         tflite_export.convert_causal_lm(qat, None, mode="float32", max_length=8)
+
+
+def test_an_lm_whose_ranges_never_saw_data_is_refused_until_they_do():
+    # Unseen ranges are [0, 1e-6]: the int8 step's logits would be constants.
+    model = build_causal_lm(VOCAB, hidden_dim=8, num_heads=2, position="alibi")
+    qat = tflite_export.quantize_aware(model)
+    with pytest.raises(tflite_export.ExportError, match="never saw a training batch"):
+        tflite_export.convert_causal_lm(qat, None, max_length=8, target="tflm")
+    qat(counting(4, 8), training=True)  # ranges from a batch, weights unchanged
+    check_integer_ops(
+        tflite_export.convert_causal_lm(qat, None, max_length=8, target="tflm")
+    )
+
+
+def test_a_mixed_precision_lm_is_refused_for_int8_naming_the_policy():
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    try:
+        model = build_causal_lm(VOCAB, hidden_dim=8, num_heads=2, position="alibi")
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+    with pytest.raises(ValueError, match="float32 for int8.*'mixed_float16'"):
+        tflite_export.quantize_aware(model)
+    with pytest.raises(ValueError, match="float32 for int8.*set_global_policy"):
+        tflite_export.convert_causal_lm(model, counting(2, 8), max_length=8)

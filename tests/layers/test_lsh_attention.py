@@ -56,25 +56,16 @@ def test_layer_checks(tmp_path):
 
 
 @pytest.mark.parametrize("bias", sorted(PRODUCERS))
-@pytest.mark.parametrize("packed", [False, True])
-def test_every_scored_pair_gets_the_bias_of_its_true_positions(bias, packed):
+def test_every_scored_pair_gets_the_bias_of_its_true_positions(bias):
     # Several chunks, causal, with padding: the layer equals the loops of the
-    # paper fed the producer's whole (T, T) bias; packed rows read in-run
-    # positions and never cross a run.
+    # paper fed the producer's whole (T, T) bias.
     x = np.random.default_rng(0).normal(size=(2, 14, 6)).astype("float32")
     layer = _lsh(bias, num_hashes=3)
-    mask = np.arange(14)[None] < np.array([[14], [11]])
-    segments = np.array([[1] * 5 + [2] * 9, [1] * 8 + [2] * 3 + [0] * 3])
-    extra = {"segment_ids": segments} if packed else {}
-    got = layer(x, x, use_causal_mask=True, query_mask=mask, value_mask=mask, **extra)
-    where = {}
-    if packed:
-        inside = ops.segments.positions(segments)
-        where = {"positions": inside, "key_positions": inside}
-    table = layer.position_bias(x, x, **where).numpy()
+    mask = np.arange(14)[None] < np.array([[14], [6]])  # 4 buckets and 2
+    got = layer(x, x, use_causal_mask=True, query_mask=mask, value_mask=mask)
+    table = layer.position_bias(x, x).numpy()
     table = np.broadcast_to(table, (2, 2, 14, 14))
-    runs = ops.segments.runs(segments).numpy() if packed else None
-    want = _oracle(layer, x, table, key_mask=mask, causal=True, runs=runs)
+    want = _oracle(layer, x, table, key_mask=mask, causal=True)
     np.testing.assert_allclose(got.numpy()[mask], want[mask], atol=1e-4)
 
 
@@ -156,6 +147,7 @@ def test_rejects_a_non_integer_seed_and_an_overridden_attention():
         ({"return_attention_scores": True}, "return_attention_scores.*False"),
         ({"attention_mask": np.ones((1, 6, 6), bool)}, "attention_mask.*None"),
         ({"positions": np.arange(6)}, "positions.*None"),
+        ({"segment_ids": np.ones((1, 6), "int32")}, "segment_ids.*None.*documents"),
         ({"cache": np.zeros((1, 2, 6, 2, 3), "float32")}, "cache.*no cached"),
         ({"value": np.zeros((1, 4, 6), "float32")}, "key.*as long as the query"),
     ],

@@ -35,11 +35,17 @@ def test_every_method_runs_lsh_and_padding_never_reaches_real_tokens(position):
     ids[1, 11:] = 0  # padding, in the same 4 chunks
     out = model(ids).numpy()
     assert out.shape == (2, 15, 3) and np.isfinite(out).all()
-    # Less padding, the same 4 chunks (so the same buckets): padding sorts
-    # after every real token, so the real tokens read the same chunks.
-    shorter = model(ids[1:, :13]).numpy()
-    np.testing.assert_allclose(shorter[0, :11], out[1, :11], atol=1e-5)
-    assert np.isfinite(model(ids[1:, :11]).numpy()).all()  # 3 chunks
+    # The row alone (3 chunks) and padded to 32 tokens: each row hashes
+    # into the buckets of its real tokens, padding sorts after them.
+    alone = model(ids[1:, :11]).numpy()
+    np.testing.assert_allclose(out[1, :11], alone[0], atol=1e-5)
+    longer = model(np.pad(ids[1:, :11], [(0, 0), (0, 21)])).numpy()  # 8 chunks
+    np.testing.assert_allclose(longer[0, :11], alone[0], atol=1e-5)
+
+
+def test_packed_rows_are_refused_with_lsh():
+    with pytest.raises(ValueError, match="`packed` must be False with attention_t"):
+        _classifier("t5", packed=True)
 
 
 @pytest.mark.slow

@@ -203,3 +203,43 @@ def test_builders_refuse_packed_rows_they_cannot_read(build, arguments, match):
 def test_packed_must_be_a_bool(build):
     with pytest.raises(TypeError, match="`packed` must be a bool"):
         build(vocab_size=9, packed="yes", **SMALL)
+
+
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda: models.build_encoder(vocab_size=9, packed=True, **SMALL),
+        lambda: models.build_token_classifier(3, vocab_size=9, packed=True, **SMALL),
+        lambda: models.build_causal_lm(9, packed=True, **SMALL),
+    ],
+)
+def test_float_segment_ids_are_refused_not_truncated(build):
+    # 1.6 and 1.2 would both become document 1: two documents merged.
+    model = build()
+    rows = {"token_ids": np.ones((1, 8), "int32")}
+    segments = np.array([[1.6] * 4 + [1.2] * 4])
+    match = "`segment_ids` must be integer document ids.*float"
+    with pytest.raises(ValueError, match=match):
+        model({**rows, "segment_ids": segments})
+    with pytest.raises(ValueError, match=match):
+        model.predict({**rows, "segment_ids": segments.astype("float32")}, verbose=0)
+    model.compile("sgd", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    with pytest.raises(ValueError, match=match):
+        model.fit({**rows, "segment_ids": segments}, np.zeros((1, 8)), verbose=0)
+    whole = model({**rows, "segment_ids": np.ones((1, 8), "int64")})
+    assert np.isfinite(np.asarray(whole)).all()  # any integer dtype reads
+
+
+def test_a_packed_encoder_is_a_packed_model_that_saves_and_loads(tmp_path):
+    model = models.build_token_classifier(3, vocab_size=9, packed=True, **SMALL)
+    assert isinstance(model, models.PackedModel)
+    rows = {
+        "token_ids": np.arange(1, 9, dtype="int32")[None],
+        "segment_ids": np.array([[1, 1, 1, 2, 2, 2, 2, 0]], "int32"),
+    }
+    model.save(tmp_path / "packed.keras")
+    loaded = keras.models.load_model(tmp_path / "packed.keras")
+    assert isinstance(loaded, models.PackedModel)
+    np.testing.assert_allclose(np.asarray(loaded(rows)), np.asarray(model(rows)))
+    with pytest.raises(ValueError, match="`segment_ids` must be integer"):
+        loaded({**rows, "segment_ids": rows["segment_ids"] + 0.5})
