@@ -1,10 +1,19 @@
 """Token generation shared by Keras models and TFLite interpreters.
 
+Two options objects, each defined and checked here once and taken the same
+way by every entry point (`CausalLM.generate` and `score`,
+`tflite_export.generate_tflite`, `tflite_export.convert_causal_lm`,
+`generate_tokens` and the export CLI): `Sampling` (how each new token is
+chosen) and `Streaming` (a rolling cache with attention sinks). The
+keywords they replace (`sampler=`, `temperature=`, ..., `cache_window=`,
+`sink_tokens=`) are still accepted and forwarded into them.
+
 `generate_tokens` runs the decoding loop on two callables, `prefill` and
 `step`, so the Keras model (with or without its KV cache) and the exported
 LiteRT / TFLM models decode with one loop and one set of samplers.
 """
 
+import dataclasses
 import numbers
 
 import numpy as np
@@ -73,6 +82,168 @@ def check_vocabulary(prompts, lengths, vocab_size, name="prompt_ids"):
         )
 
 
+@dataclasses.dataclass(frozen=True)
+class Sampling:
+    """How generation chooses each new token: the sampling options' one home.
+
+    Checked when made (a `ValueError`/`TypeError` naming the field), so an
+    entry point receives it whole.
+
+    Args:
+        sampler: `"greedy"`, `"random"`, `"top_k"`, `"top_p"` (nucleus) or a
+            `keras_posenc.samplers.Sampler` (then the next three are its own).
+        temperature: float >= `MIN_TEMPERATURE`, divides the logits.
+        top_k: int >= 1, the candidates of `"top_k"`.
+        top_p: float in (0, 1], the probability mass of `"top_p"`.
+        seed: int >= 0 or None; the same seed gives the same tokens.
+        stop_token_ids: token ids that end a row (kept in the output).
+        pad_token_id: int, fills padding and the slots after a stop token.
+
+    Example:
+    >>> from keras_posenc.generation import Sampling
+    >>> Sampling("top_k", top_k=5, seed=1, stop_token_ids=[2]).stop_token_ids
+    (2,)
+    """
+
+    sampler: object = "greedy"
+    temperature: float = 1.0
+    top_k: int = 50
+    top_p: float = 0.9
+    seed: object = None
+    stop_token_ids: tuple = ()
+    pad_token_id: int = 0
+
+    def __post_init__(self):
+        if not isinstance(self.sampler, samplers.Sampler):
+            _checks.choice("sampler", self.sampler, SAMPLERS)
+        seed = self.seed
+        if seed is not None:
+            seed = _checks.positive_int("seed", seed, minimum=0)
+        checked = dict(
+            temperature=samplers.check_temperature(self.temperature),
+            top_k=_checks.positive_int("top_k", self.top_k),
+            top_p=samplers.check_top_p(self.top_p),
+            seed=seed,
+            stop_token_ids=tuple(_stop_tokens(self.stop_token_ids)),
+            pad_token_id=_integer("pad_token_id", self.pad_token_id),
+        )
+        for name, value in checked.items():
+            object.__setattr__(self, name, value)
+
+    def options(self, max_new_tokens):
+        """The plain dict `generate_tokens` and the interpreters' loops read:
+        the fields and `max_new_tokens`."""
+        return dict(
+            max_new_tokens=_checks.positive_int("max_new_tokens", max_new_tokens),
+            sampler=self.sampler,
+            temperature=self.temperature,
+            top_k=self.top_k,
+            top_p=self.top_p,
+            seed=self.seed,
+            stop_token_ids=list(self.stop_token_ids),
+            pad_token_id=self.pad_token_id,
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class Streaming:
+    """A rolling cache with attention sinks: the streaming options' one home.
+
+    The cache keeps the first `sink_tokens` tokens and the last
+    `cache_window`, at positions inside the cache (Xiao et al. 2023), so a
+    model generates, scores or runs on the device past its `max_length` at
+    fixed memory.
+
+    Args:
+        cache_window: int >= 1, the recent tokens the cache keeps.
+        sink_tokens: int >= 0, the first tokens it keeps. Defaults to `4`.
+
+    Example:
+    >>> from keras_posenc.generation import Streaming
+    >>> Streaming(60).slots
+    64
+    """
+
+    cache_window: int
+    sink_tokens: int = 4
+
+    def __post_init__(self):
+        window = _checks.positive_int("cache_window", self.cache_window)
+        sinks = _checks.positive_int("sink_tokens", self.sink_tokens, minimum=0)
+        object.__setattr__(self, "cache_window", window)
+        object.__setattr__(self, "sink_tokens", sinks)
+
+    @property
+    def slots(self):
+        """The cache length: `sink_tokens + cache_window`."""
+        return self.sink_tokens + self.cache_window
+
+
+#: The keywords `Sampling` replaces, still taken by every entry point.
+SAMPLING_KEYWORDS = tuple(field.name for field in dataclasses.fields(Sampling))
+#: The keywords `Streaming` replaces.
+STREAMING_KEYWORDS = ("cache_window", "sink_tokens")
+
+
+def sampling_from(sampling=None, **keywords):
+    """The `Sampling` of an entry point's `sampling` and old keywords.
+
+    `sampling` is None, a `Sampling`, or (as the old third argument of
+    `generate`) a sampler name or `Sampler`; `keywords` are the old
+    `sampler=`, `temperature=`, ... (a `Sampling` and keywords together
+    are refused: one home).
+    """
+    _refuse_unknown(keywords, SAMPLING_KEYWORDS)
+    if isinstance(sampling, Sampling):
+        if keywords:
+            _checks.fail(
+                "sampling",
+                "a Sampling or sampling keywords, not both",
+                f"a Sampling and {sorted(keywords)}",
+            )
+        return sampling
+    if sampling is not None:
+        if "sampler" in keywords:
+            _checks.fail("sampler", "given once", f"{sampling!r} and {keywords}")
+        keywords["sampler"] = sampling
+    return Sampling(**keywords)
+
+
+def streaming_from(streaming=None, cache_window=None, sink_tokens=None):
+    """The `Streaming` (or None) of an entry point's `streaming` and old keywords.
+
+    `streaming` is None, a `Streaming` or an int (the cache window, as the
+    old `cache_window` argument in its place); `sink_tokens` alone, without a
+    window, reads nothing (the old keywords' rule).
+    """
+    if isinstance(streaming, Streaming):
+        if cache_window is not None or sink_tokens is not None:
+            _checks.fail(
+                "streaming",
+                "a Streaming or cache_window/sink_tokens, not both",
+                streaming,
+            )
+        return streaming
+    if streaming is not None:
+        if cache_window is not None:
+            _checks.fail("cache_window", "given once", (streaming, cache_window))
+        cache_window = streaming
+    if sink_tokens is not None:
+        _checks.positive_int("sink_tokens", sink_tokens, minimum=0)
+    if cache_window is None:
+        return None
+    return Streaming(cache_window, 4 if sink_tokens is None else sink_tokens)
+
+
+def _refuse_unknown(keywords, known):
+    unknown = sorted(set(keywords) - set(known))
+    if unknown:
+        raise TypeError(
+            f"Unexpected keyword arguments {unknown}: the sampling keywords are "
+            f"{list(known)} (or pass sampling=Sampling(...))"
+        )
+
+
 def sampling_options(
     max_new_tokens,
     sampler="greedy",
@@ -87,28 +258,12 @@ def sampling_options(
 
     A plain dict of Python values (JSON-serialisable, but for a `Sampler`
     instance, which `samplers.serialize` turns into JSON for a child process;
-    NumPy scalars are accepted wherever Python numbers are), so one set of
-    arguments is validated once and passed on whole, to a Keras loop or to an
-    interpreter's.
+    NumPy scalars are accepted wherever Python numbers are): `Sampling`'s
+    fields and `max_new_tokens`.
     """
-    max_new_tokens = _checks.positive_int("max_new_tokens", max_new_tokens)
-    if not isinstance(sampler, samplers.Sampler):
-        _checks.choice("sampler", sampler, SAMPLERS)
-    temperature = samplers.check_temperature(temperature)
-    top_k = _checks.positive_int("top_k", top_k)
-    top_p = samplers.check_top_p(top_p)
-    if seed is not None:
-        seed = _checks.positive_int("seed", seed, minimum=0)
-    return dict(
-        max_new_tokens=max_new_tokens,
-        sampler=sampler,
-        temperature=temperature,
-        top_k=top_k,
-        top_p=top_p,
-        seed=seed,
-        stop_token_ids=_stop_tokens(stop_token_ids),
-        pad_token_id=_integer("pad_token_id", pad_token_id),
-    )
+    return Sampling(
+        sampler, temperature, top_k, top_p, seed, stop_token_ids, pad_token_id
+    ).options(max_new_tokens)
 
 
 def _is_int(value):
@@ -154,29 +309,29 @@ def generate_tokens(
     prompts,
     lengths,
     max_new_tokens,
-    sampler="greedy",
-    temperature=1.0,
-    top_k=50,
-    top_p=0.9,
-    seed=None,
-    stop_token_ids=None,
-    pad_token_id=0,
+    sampling=None,
     rows=None,
+    **keywords,
 ):
     """The decoding loop: `(B, P + max_new_tokens)` prompts and new tokens.
 
     `prefill(tokens (B, T))` returns the logits `(B, V)` of the last of the
     `T` tokens at positions `0 .. T-1`; `step(tokens (B, 1), t)` those of one
-    token at position `t`. Each row continues right after its own prompt;
-    slots past its `max_new_tokens` new tokens or its stop token hold
-    `pad_token_id` (any integer, -1 included: a finished row feeds the model
-    token 0, whose logits are never read). Each row samples from its own
-    random stream, seeded by `(seed, row)` with `rows` the rows' indices in
-    the caller's batch (default `0 .. B-1`), and draws only when it takes a
-    new token, so a row's tokens do not depend on the batch it is decoded in
-    (nor on the other prompts' lengths) and equal prompts still draw
+    token at position `t`. `sampling` is a `Sampling` (or the old keywords,
+    `sampling_options`' dict among them). Each row continues right after its
+    own prompt; slots past its `max_new_tokens` new tokens or its stop token
+    hold `pad_token_id` (any integer, -1 included: a finished row feeds the
+    model token 0, whose logits are never read). Each row samples from its
+    own random stream, seeded by `(seed, row)` with `rows` the rows' indices
+    in the caller's batch (default `0 .. B-1`), and draws only when it takes
+    a new token, so a row's tokens do not depend on the batch it is decoded
+    in (nor on the other prompts' lengths) and equal prompts still draw
     different samples.
     """
+    options = sampling_from(sampling, **keywords).options(max_new_tokens)
+    sampler, temperature, top_k, top_p, seed, stop_token_ids, pad_token_id = (
+        options[name] for name in SAMPLING_KEYWORDS
+    )
     batch, prompt_length = prompts.shape
     total = prompt_length + max_new_tokens
     out = np.full((batch, total), pad_token_id, dtype=np.int32)

@@ -123,3 +123,68 @@ def test_prompt_ids_outside_the_vocabulary_are_refused():
         prompts, lengths = generation.check_prompts(bad)
         with pytest.raises(ValueError, match="vocab_size=4"):
             generation.check_vocabulary(prompts, lengths, 4)
+
+
+def test_sampling_is_checked_once_and_is_the_keywords_it_replaces():
+    sampling = generation.Sampling("top_k", top_k=3, seed=np.int64(2), stop_token_ids=4)
+    assert sampling.seed == 2 and sampling.stop_token_ids == (4,)
+    old = generation.sampling_options(5, "top_k", top_k=3, seed=2, stop_token_ids=4)
+    assert sampling.options(5) == old
+    assert generation.sampling_from("top_k", top_k=3, seed=2, stop_token_ids=4) == (
+        sampling
+    )
+    prefill, step = uniform_steps()
+    prompts, lengths = generation.check_prompts([[1, 2], [3]])
+    np.testing.assert_array_equal(
+        generation.generate_tokens(prefill, step, prompts, lengths, 6, sampling),
+        generation.generate_tokens(
+            prefill, step, prompts, lengths, **old | {"max_new_tokens": 6}
+        ),
+    )
+
+
+@pytest.mark.parametrize(
+    "make, error, match",
+    [
+        (lambda: generation.Sampling("beam"), ValueError, "sampler"),
+        (lambda: generation.Sampling(top_k=0), ValueError, "top_k"),
+        (lambda: generation.Sampling(temperature=0.0), ValueError, "temperature"),
+        (lambda: generation.Sampling(top_p=1.5), ValueError, "top_p"),
+        (lambda: generation.Sampling(seed=-1), ValueError, "seed"),
+        (lambda: generation.Sampling(pad_token_id=0.5), TypeError, "pad_token_id"),
+        (lambda: generation.Streaming(0), ValueError, "cache_window"),
+        (lambda: generation.Streaming(4, sink_tokens=-1), ValueError, "sink_tokens"),
+        (
+            lambda: generation.sampling_from(generation.Sampling(), seed=1),
+            ValueError,
+            "a Sampling or sampling keywords, not both",
+        ),
+        (
+            lambda: generation.sampling_from(None, temprature=0.5),
+            TypeError,
+            r"Unexpected keyword arguments \['temprature'\]",
+        ),
+        (
+            lambda: generation.streaming_from(generation.Streaming(4), 8),
+            ValueError,
+            "a Streaming or cache_window/sink_tokens, not both",
+        ),
+    ],
+)
+def test_bad_options_are_refused_naming_the_field(make, error, match):
+    with pytest.raises(error, match=match):
+        make()
+
+
+def test_options_objects_are_frozen_and_streaming_counts_its_slots():
+    streaming = generation.Streaming(60)
+    assert (streaming.cache_window, streaming.sink_tokens, streaming.slots) == (
+        60,
+        4,
+        64,
+    )
+    with pytest.raises(AttributeError):
+        streaming.cache_window = 8
+    assert generation.streaming_from(None, 60) == streaming
+    assert generation.streaming_from(60, sink_tokens=4) == streaming
+    assert generation.streaming_from() is None

@@ -360,6 +360,7 @@ def write_outputs(args, model_bytes, arena_bytes, extra=()):
 def _export_causal_lm(args, model, x):
     """Converts a causal LM, checks generation on the device, reports, writes it."""
     import tflite_export
+    from keras_posenc import generation
     from keras_posenc.data import language_modeling
     from tflite_export.causal_lm import check_calibration_ids
 
@@ -367,13 +368,13 @@ def _export_causal_lm(args, model, x):
         raise ValueError(
             f"--mode must be int8 or float32 for a causal LM, not {args.mode}"
         )
-    streaming = {}
+    streaming = None
     if args.cache_window is not None:
         if args.max_length is not None:
             raise ValueError("--max-length and --cache-window exclude each other")
         sink = 4 if args.sink_tokens is None else args.sink_tokens
-        streaming = dict(cache_window=args.cache_window, sink_tokens=sink)
-        length = model.check_streaming(**streaming)[1]  # the cache's slots
+        streaming = generation.Streaming(args.cache_window, sink)
+        length = model.check_streaming(streaming)[1]  # the cache's slots
     elif args.sink_tokens is not None:
         raise ValueError("--sink-tokens goes with --cache-window")
     else:
@@ -400,7 +401,7 @@ def _export_causal_lm(args, model, x):
             args.mode,
             None if streaming else length,
             target,
-            **streaming,
+            streaming=streaming,
         )
     except tflite_export.ExportError as error:
         print(f"error: {error}", file=sys.stderr)

@@ -7,12 +7,15 @@ returns `tokens`.
 
 import json
 
+from keras_posenc import samplers
 from tflite_export._child import serve
 from tflite_export.generate import Decoder, decode_rows
 
 
 def _generate(arrays):
     options = json.loads(str(arrays["options"]))
+    if isinstance(options["sampler"], dict):  # a Sampler instance, serialized
+        options["sampler"] = samplers.deserialize(options["sampler"])
     decoder = Decoder(arrays["model"].tobytes(), "tflm")
     tokens = decode_rows(decoder, arrays["prompts"], arrays["lengths"], options)
     return {"tokens": tokens}

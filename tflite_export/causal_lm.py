@@ -16,7 +16,7 @@ import numpy as np
 import tensorflow as tf
 
 import keras_posenc
-from keras_posenc import RotaryEmbedding
+from keras_posenc import RotaryEmbedding, generation
 from keras_posenc.models import CausalLM
 from keras_posenc.ops.cache import static_decoding
 from keras_posenc.ops.rotary import ROPE_TYPES
@@ -40,7 +40,7 @@ from tflite_export.tensor_names import name_tensors
 TARGETS = ("litert", "tflm")
 #: The conversion modes of a causal LM.
 LM_MODES = ("int8", "float32")
-#: The cache length of an export without `cache_window`.
+#: The cache length of an export without `streaming`.
 DEFAULT_MAX_LENGTH = 64
 #: Calibration sequences decoded to record realistic caches.
 CALIBRATION_SEQUENCES = 8
@@ -52,8 +52,8 @@ def convert_causal_lm(
     mode="int8",
     max_length=None,
     target="litert",
-    cache_window=None,
-    sink_tokens=4,
+    streaming=None,
+    **keywords,
 ):
     """TFLite bytes of a causal LM with its KV cache as inputs and outputs.
 
@@ -82,12 +82,13 @@ def convert_causal_lm(
     signature (a padded prompt would read `max_length` as its length):
     generation reads the prompt through `decode`, token by token.
 
-    With `cache_window`, the step streams (attention sinks): its caches hold
-    `sink_tokens + cache_window` slots, the first `sink_tokens` tokens and a
-    ring of the last `cache_window`, and the step writes each token over the
+    With `streaming` (a `keras_posenc.generation.Streaming`), the step
+    streams (attention sinks): its caches hold `sink_tokens + cache_window`
+    slots, the first `sink_tokens` tokens and a ring of the last
+    `cache_window`, and the step writes each token over the
     oldest ring slot once the cache is full, so `index` runs on past the
     cache length (up to 2**31 - 1) in the same memory. Positions are places
-    inside the cache, as `CausalLM.generate(cache_window=...)` reads them:
+    inside the cache, as `CausalLM.generate(streaming=...)` reads them:
     the in-cache bias and rotary tables of all slots are constants the step
     gathers from, and the ring's slot arithmetic is integer (minimum,
     maximum, integer division): no float op on positions. Such an export has
@@ -108,14 +109,12 @@ def convert_causal_lm(
             must come out integer, else an `ExportError` names the float ones.
         mode: `"int8"` or `"float32"`.
         max_length: int, the cache length S (the longest prompt plus
-            generated text). Defaults to `64`; must be None with
-            `cache_window` (the cache then has `sink_tokens + cache_window`
-            slots).
+            generated text). Defaults to `64`; must be None with `streaming`
+            (the cache then has `streaming.slots` slots).
         target: `"litert"` or `"tflm"`.
-        cache_window: None, or int >= 1: stream through a rolling cache of
-            the last `cache_window` tokens plus the sinks. Defaults to None.
-        sink_tokens: int >= 0, the first tokens a rolling cache keeps.
-            Defaults to `4` (read only with `cache_window`).
+        streaming: None, or a `keras_posenc.generation.Streaming`: stream
+            through its rolling cache. Defaults to None.
+        **keywords: the old `cache_window=` and `sink_tokens=`.
 
     Returns:
         The `.tflite` model as bytes.
@@ -131,15 +130,19 @@ def convert_causal_lm(
         raise ValueError(
             f"`target` must be one of {TARGETS}. Received: target={target!r}"
         )
+    unknown = sorted(set(keywords) - set(generation.STREAMING_KEYWORDS))
+    if unknown:
+        raise TypeError(f"Unexpected keyword arguments {unknown}")
+    streaming = generation.streaming_from(streaming, **keywords)
     rolling = None
-    if cache_window is not None:
+    if streaming is not None:
         if max_length is not None:
             raise ValueError(
-                "`max_length` must be None with `cache_window` (the rolling cache "
+                "`max_length` must be None with `streaming` (the rolling cache "
                 "has sink_tokens + cache_window slots). Received: "
-                f"max_length={max_length!r}, cache_window={cache_window!r}"
+                f"max_length={max_length!r}, streaming={streaming!r}"
             )
-        rolling = model.check_streaming(cache_window, sink_tokens)  # (sink, S)
+        rolling = model.check_streaming(streaming)  # (sink, S)
         max_length = rolling[1]
     elif max_length is None:
         max_length = DEFAULT_MAX_LENGTH

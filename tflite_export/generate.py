@@ -24,13 +24,8 @@ def generate_tflite(
     prompt_ids,
     max_new_tokens,
     runtime="litert",
-    sampler="greedy",
-    temperature=1.0,
-    top_k=50,
-    top_p=0.9,
-    seed=None,
-    stop_token_ids=None,
-    pad_token_id=0,
+    sampling=None,
+    **keywords,
 ):
     """Prompts and new tokens `(B, P + max_new_tokens)` from a converted LM.
 
@@ -41,13 +36,14 @@ def generate_tflite(
             decoded one after another: the model has batch 1).
         max_new_tokens: int >= 1; each prompt plus its new tokens must fit
             the model's cache length, unless the export streams
-            (`convert_causal_lm(cache_window=...)`).
+            (`convert_causal_lm(streaming=...)`).
         runtime: `"litert"` or `"tflm"` (run in a subprocess, which an
             unsupported op cannot take down with the caller).
-        sampler, temperature, top_k, top_p, seed, stop_token_ids,
-        pad_token_id: as `CausalLM.generate` (for `runtime="tflm"` a
-            `Sampler` instance crosses to the child process by
+        sampling: a `keras_posenc.generation.Sampling`, as
+            `CausalLM.generate` takes it (for `runtime="tflm"` a `Sampler`
+            instance crosses to the child process by
             `keras_posenc.samplers.serialize`: its class must be importable).
+        **keywords: the old sampling keywords (`sampler=`, `seed=`, ...).
 
     Returns:
         An int32 NumPy array, laid out as `CausalLM.generate`'s.
@@ -56,17 +52,9 @@ def generate_tflite(
         _fail("model_bytes", "bytes of a .tflite model", type(model_bytes).__name__)
     if runtime not in RUNTIMES:
         _fail("runtime", f"one of {RUNTIMES}", runtime)
-    prompts, lengths = generation.check_prompts(prompt_ids, pad_token_id)
-    options = generation.sampling_options(
-        max_new_tokens,
-        sampler,
-        temperature,
-        top_k,
-        top_p,
-        seed,
-        stop_token_ids,
-        pad_token_id,
-    )
+    sampling = generation.sampling_from(sampling, **keywords)
+    prompts, lengths = generation.check_prompts(prompt_ids, sampling.pad_token_id)
+    options = sampling.options(max_new_tokens)
     capacity, vocab_size, signatures, streams = _model_facts(model_bytes)
     if runtime == "tflm" and "prefill" in signatures:
         _fail(

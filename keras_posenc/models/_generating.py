@@ -101,18 +101,20 @@ class Generating:
         """
         self.__dict__.pop("_generation_functions", None)
 
-    def check_streaming(self, cache_window, sink_tokens=4):
+    def check_streaming(self, streaming, sink_tokens=None):
         """`(sink_tokens, slots)` of a rolling cache, or the error naming why not.
 
-        `cache_window` (int >= 1) recent tokens plus `sink_tokens` (int >= 0)
-        first ones; refused for a model whose positions a rolling cache cannot
-        hold (`TransformerStack.streaming_blocker`: absolute encodings such as
+        `streaming` is a `keras_posenc.generation.Streaming` (or its old
+        form, `cache_window` and `sink_tokens`); refused for a model whose
+        positions a rolling cache cannot hold
+        (`TransformerStack.streaming_blocker`: absolute encodings such as
         `learned`, generators, the recursive stream, gated fusion, a shared
         bias, CoPE, block-local windows, length-dependent rotary types,
         quantize=True).
         """
-        cache_window = _checks.positive_int("cache_window", cache_window)
-        sink_tokens = _checks.positive_int("sink_tokens", sink_tokens, minimum=0)
+        if not isinstance(streaming, generation.Streaming):
+            streaming = generation.streaming_from(None, streaming, sink_tokens)
+        cache_window, sink_tokens = streaming.cache_window, streaming.sink_tokens
         blocker = self._parts.stack.streaming_blocker()
         if blocker is not None:
             _checks.fail(
@@ -126,23 +128,27 @@ class Generating:
             )
         return sink_tokens, sink_tokens + cache_window
 
-    def score(self, token_ids, cache_window=None, sink_tokens=4, jit_compile=False):
+    def score(self, token_ids, streaming=None, jit_compile=False, **keywords):
         """Log-probability of each next token, `(B, T - 1)` float32 NumPy.
 
         Entry `[b, t]` is `log p(token_ids[b, t + 1] | token_ids[b, :t + 1])`
-        (natural log; bits are `-score / ln 2`). Without `cache_window`, one
-        pass over the whole sequence. With it, the tokens are read one at a
-        time through a rolling cache of the first `sink_tokens` and the last
-        `cache_window` tokens (the prefix that fits prefilled in one pass,
-        the rest inside one compiled `tf.while_loop`): the model reads a
-        text of any length at fixed memory, as it would stream it.
+        (natural log; bits are `-score / ln 2`). Without `streaming`, one
+        pass over the whole sequence. With a `Streaming`, the tokens are read
+        one at a time through its rolling cache (the prefix that fits
+        prefilled in one pass, the rest inside one compiled
+        `tf.while_loop`): the model reads a text of any length at fixed
+        memory, as it would stream it.
 
         Args:
             token_ids: int array `(B, T)`, `T >= 2`, ids in `[0, vocab_size)`.
-            cache_window: None, or int >= 1 recent tokens the cache keeps.
-            sink_tokens: int >= 0, the first tokens the rolling cache keeps.
+            streaming: None, or a `keras_posenc.generation.Streaming`.
             jit_compile: bool, compile the streaming loop with XLA.
+            **keywords: the old `cache_window=` and `sink_tokens=`.
         """
+        unknown = sorted(set(keywords) - set(generation.STREAMING_KEYWORDS))
+        if unknown:
+            raise TypeError(f"Unexpected keyword arguments {unknown}")
+        streaming = generation.streaming_from(streaming, **keywords)
         tokens = np.asarray(token_ids)
         if tokens.ndim != 2 or not np.issubdtype(tokens.dtype, np.integer):
             _checks.fail(
@@ -159,9 +165,8 @@ class Generating:
             name="token_ids",
         )
         jit_compile = _checks.boolean("jit_compile", jit_compile)
-        _checks.positive_int("sink_tokens", sink_tokens, minimum=0)
         tokens = tokens.astype(np.int32)
-        if cache_window is None:
+        if streaming is None:
             limit = self._lm_config["max_length"]
             if self.position == "learned" and tokens.shape[1] > limit:
                 _checks.fail(
@@ -171,7 +176,7 @@ class Generating:
                 )
             logits = tf.cast(self.logits(tokens), tf.float32)[:, :-1]
             return _loop.next_token_log_probs(logits, tokens[:, 1:]).numpy()
-        rolling = self.check_streaming(cache_window, sink_tokens)
+        rolling = self.check_streaming(streaming)
         batch, length = tokens.shape
         key = ("score", batch, length, jit_compile, rolling)
         read = self._compiled(
@@ -185,18 +190,12 @@ class Generating:
         self,
         prompt_ids,
         max_new_tokens,
-        sampler="greedy",
-        temperature=1.0,
-        top_k=50,
-        top_p=0.9,
-        seed=None,
-        stop_token_ids=None,
+        sampling=None,
+        streaming=None,
         use_cache=True,
-        pad_token_id=0,
         jit_compile=False,
         compiled_loop=None,
-        cache_window=None,
-        sink_tokens=4,
+        **keywords,
     ):
         """Prompts followed by generated tokens, `(B, P + max_new_tokens)`.
 
@@ -209,54 +208,39 @@ class Generating:
 
         Args:
             prompt_ids: int array `(B, P)`, or a list of token lists of
-                different lengths (right-padded with `pad_token_id`; each row
+                different lengths (right-padded with the pad token; each row
                 continues right after its own prompt, at its true positions).
             max_new_tokens: int >= 1, new tokens per row.
-            sampler: `"greedy"`, `"random"`, `"top_k"` or `"top_p"`
-                (nucleus), or a `keras_posenc.samplers.Sampler` instance
-                (then `temperature`, `top_k` and `top_p` are its own).
-            temperature: float > 0, divides the logits before sampling.
-            top_k: int >= 1, the candidates of `"top_k"`.
-            top_p: float in (0, 1], the probability mass of `"top_p"`.
-            seed: int or None, seeds the sampler (same seed, same tokens).
-            stop_token_ids: token ids that end a row (kept in the output);
-                the slots after them hold `pad_token_id`.
-            use_cache: bool, decode with the key/value cache (one token per
-                step) or recompute the whole sequence every step; both give
-                the same tokens.
-            pad_token_id: int, fills padding and the slots after a stop token.
+            sampling: a `keras_posenc.generation.Sampling` (sampler,
+                temperature, top-k/p, seed, stop and pad tokens), or a
+                sampler name or `Sampler`. Defaults to greedy.
+            streaming: a `keras_posenc.generation.Streaming`: decode through
+                a rolling cache with attention sinks, past `max_length` at
+                fixed memory (`check_streaming` says which models can).
+            use_cache: bool, decode with the key/value cache or recompute
+                the whole sequence every step (the same tokens).
             jit_compile: bool, compile the loop (or the step) with XLA.
-                Defaults to `False` (a graph, traced once).
-            compiled_loop: None, True or False. True: the compiled loop (the
-                sampler must define `compiled_next_tokens`, as every named one
-                does); False: a Python loop calling one compiled step per
-                token; None (default): the compiled loop when the sampler
-                has it.
-            cache_window: None, or int >= 1: decode through a rolling cache
-                (attention sinks, Xiao et al. 2023) of the first
-                `sink_tokens` and the last `cache_window` tokens, at
-                positions inside the cache, so generation runs past
-                `max_length` at fixed memory. For models whose positions
-                live in the attention (`check_streaming`); with the cache
-                and the compiled loop.
-            sink_tokens: int >= 0, the first tokens a rolling cache keeps.
-                Defaults to `4` (read only with `cache_window`).
+            compiled_loop: None (the compiled loop when the sampler has
+                `compiled_next_tokens`), True, or False (a Python loop
+                calling one compiled step per token).
+            **keywords: the options' old keywords (`sampler=`,
+                `temperature=`, `top_k=`, `top_p=`, `seed=`,
+                `stop_token_ids=`, `pad_token_id=`, `cache_window=`,
+                `sink_tokens=`), forwarded into the objects.
 
         Returns:
             An int32 NumPy array `(B, P + max_new_tokens)`.
         """
+        streaming = generation.streaming_from(
+            streaming,
+            keywords.pop("cache_window", None),
+            keywords.pop("sink_tokens", None),
+        )
+        sampling = generation.sampling_from(sampling, **keywords)
+        pad_token_id = sampling.pad_token_id
         prompts, lengths = generation.check_prompts(prompt_ids, pad_token_id)
         generation.check_vocabulary(prompts, lengths, self._lm_config["vocab_size"])
-        options = generation.sampling_options(
-            max_new_tokens,
-            sampler,
-            temperature,
-            top_k,
-            top_p,
-            seed,
-            stop_token_ids,
-            pad_token_id,
-        )
+        options = sampling.options(max_new_tokens)
         use_cache = _checks.boolean("use_cache", use_cache)
         if not use_cache and self.reads_current_length:
             _checks.fail(
@@ -270,15 +254,14 @@ class Generating:
         jit_compile = _checks.boolean("jit_compile", jit_compile)
         batch, total = len(lengths), prompts.shape[1] + options["max_new_tokens"]
         rolling = None
-        _checks.positive_int("sink_tokens", sink_tokens, minimum=0)
-        if cache_window is not None:
-            rolling = self.check_streaming(cache_window, sink_tokens)
+        if streaming is not None:
+            rolling = self.check_streaming(streaming)
             for name, value, why in (
                 ("use_cache", use_cache, "a rolling cache is a cache"),
                 ("compiled_loop", compiled_loop, "the step loop has no rolling cache"),
             ):
                 if value is False:
-                    _checks.fail(name, f"True with cache_window ({why})", value)
+                    _checks.fail(name, f"True with streaming ({why})", value)
         reach = total if rolling is None else rolling[1]  # the largest position + 1
         limit = self._lm_config["max_length"]
         if self.position == "learned" and prompts.shape[1] > limit:
@@ -316,7 +299,7 @@ class Generating:
         if rolling is not None and not sampler.compiles:
             _checks.fail(
                 "sampler",
-                "a Sampler with compiled_next_tokens for cache_window (only the "
+                "a Sampler with compiled_next_tokens for streaming (only the "
                 "compiled loop streams)",
                 sampler,
             )

@@ -6,6 +6,7 @@ import tensorflow as tf
 from marks import split_between_passes
 from ops_oracle import assert_header_lists_the_model_ops
 
+from keras_posenc.generation import Streaming
 from keras_posenc.models import build_causal_lm
 from tflite_export import (
     ExportError,
@@ -45,13 +46,14 @@ STREAMED = split_between_passes(
 @pytest.mark.parametrize("position", STREAMED)
 def test_a_float32_step_streams_past_its_cache_as_keras_does(position):
     model = lm(position)
+    streaming = Streaming(WINDOW, sink_tokens=SINKS)
     model_bytes = convert_causal_lm(
-        model, calibration(), mode="float32", cache_window=WINDOW, sink_tokens=SINKS
+        model, calibration(), mode="float32", streaming=streaming
     )
     contract = device_contract(model_bytes)
     assert (contract.cache_length, contract.sink_tokens) == (WINDOW + SINKS, SINKS)
     prompts = [[3, 1, 4, 1], [5, 9]]  # 4 + 26 tokens: 4x the 7 slots
-    want = model.generate(prompts, 26, cache_window=WINDOW, sink_tokens=SINKS)
+    want = model.generate(prompts, 26, streaming=streaming)
     np.testing.assert_array_equal(generate_tflite(model_bytes, prompts, 26), want)
 
 
@@ -118,7 +120,7 @@ def test_the_contract_and_header_say_the_step_streams():
 @pytest.mark.parametrize(
     "position, kwargs, error, match",
     [
-        ("t5", {"max_length": 16}, ValueError, "max_length.*None with `cache_window`"),
+        ("t5", {"max_length": 16}, ValueError, "max_length.*None with `streaming`"),
         ("t5", {"cache_window": 0}, ValueError, "cache_window"),
         ("t5", {"sink_tokens": -1}, ValueError, "sink_tokens"),
         ("learned", {}, ValueError, "cache_window.*absolute position encoding"),

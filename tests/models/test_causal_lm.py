@@ -10,6 +10,7 @@ from packed_rows import WINDOW, assert_each_document_reads_as_alone
 
 from keras_posenc import generation, samplers
 from keras_posenc._compat import keras
+from keras_posenc.generation import Sampling
 from keras_posenc.models import POSITION_METHODS, CausalLM, _loop, build_causal_lm
 
 VOCAB = 13
@@ -171,6 +172,8 @@ def test_the_compiled_loop_gives_the_step_loops_tokens(case):
     loop = model.generate(prompts, 12, **kwargs)
     np.testing.assert_array_equal(loop, steps)
     assert (loop[:, 5:] != 0).any()  # it generated something
+    home = model.generate(prompts, 12, Sampling(**kwargs))  # the options' home
+    np.testing.assert_array_equal(home, loop)
     if everywhere:
         recomputed = model.generate(prompts, 12, use_cache=False, **kwargs)
         np.testing.assert_array_equal(recomputed, steps)

@@ -6,6 +6,7 @@ import tensorflow as tf
 from marks import fast_only
 
 from keras_posenc import RelativeMultiHeadAttention
+from keras_posenc.generation import Streaming
 from keras_posenc.models import build_causal_lm
 
 VOCAB = 17
@@ -99,12 +100,15 @@ def test_score_is_the_log_probability_of_each_next_token():
 
 def test_generation_and_scoring_run_past_max_length_at_fixed_memory():
     model = small("alibi", max_length=8)
-    out = model.generate([[1, 2, 3]], 40, cache_window=6, sink_tokens=2)
+    streaming = Streaming(6, sink_tokens=2)
+    out = model.generate([[1, 2, 3]], 40, streaming=streaming)
     assert out.shape == (1, 43)  # 5x max_length, through 8 cache slots
     again = model.generate([[1, 2, 3]], 40, cache_window=6, sink_tokens=2)
-    np.testing.assert_array_equal(out, again)
-    scores = model.score(text(length=64), cache_window=6, sink_tokens=2)
+    np.testing.assert_array_equal(out, again)  # the old keywords, forwarded
+    scores = model.score(text(length=64), streaming)
     assert scores.shape == (2, 63) and np.isfinite(scores).all()
+    old = model.score(text(length=64), cache_window=6, sink_tokens=2)
+    np.testing.assert_array_equal(scores, old)
     # A prompt longer than the cache: the rest of it streams in the loop.
     long = model.generate([list(range(1, 12))], 5, cache_window=4, sink_tokens=1)
     np.testing.assert_array_equal(long[0, :11], range(1, 12))
@@ -159,11 +163,11 @@ def test_a_rotary_scaling_that_reads_the_length_is_refused():
     [
         (dict(cache_window=0), ValueError, "cache_window"),
         (dict(cache_window=4, sink_tokens=-1), ValueError, "sink_tokens"),
-        (dict(cache_window=4, use_cache=False), ValueError, "use_cache.*cache_window"),
+        (dict(cache_window=4, use_cache=False), ValueError, "use_cache.*streaming"),
         (
             dict(cache_window=4, compiled_loop=False),
             ValueError,
-            "compiled_loop.*cache_window",
+            "compiled_loop.*streaming",
         ),
         (dict(cache_window=2.5), TypeError, "cache_window"),
         (dict(sink_tokens=-2), ValueError, "sink_tokens"),  # checked even unused
