@@ -1,6 +1,6 @@
 """Plotting helpers (matplotlib, Agg backend): each returns a `Figure`.
 
-Shape letters as in the README: T positions, S keys, N heads, D width.
+Shape letters as in docs/glossary.md: T positions, S keys, N heads, D width.
 """
 
 import matplotlib

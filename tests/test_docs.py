@@ -12,7 +12,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 
 #: The docs that hold Python blocks, with how many: a new block needs a test.
-BLOCKS = {"lm_on_device.md": 2}
+BLOCKS = {"layers.md": 1, "lm_on_device.md": 2}
 
 
 def python_blocks(name):
@@ -26,6 +26,12 @@ def test_every_python_block_of_the_docs_is_one_this_file_runs():
         if python_blocks(path.name)
     }
     assert found == BLOCKS
+
+
+def test_the_rotary_snippet_prints_its_shapes(capsys):
+    exec(python_blocks("layers.md")[0], {})
+    printed = capsys.readouterr().out.split()
+    assert printed == ["(2,", "16,", "512)", "(1,", "4096,", "64)"]
 
 
 @pytest.mark.slow

@@ -19,7 +19,6 @@ README = (ROOT / "README.md").read_text()
 #: needs a test here (and a line in this tuple).
 BLOCKS = (
     "## First example",
-    "### Rotary positions",
     "## Text generation: causal language models",
     "## Edge deployment: `tflite_export`",
 )
@@ -79,10 +78,19 @@ def test_the_first_example_prints_what_the_readme_shows(tmp_path):
         assert float(accuracy) > float(majority) + 0.05, line
 
 
-def test_rotary_snippet_runs(capsys):
-    exec(python_blocks()["### Rotary positions"], {})
-    printed = capsys.readouterr().out.split()
-    assert printed == ["(2,", "16,", "512)", "(1,", "4096,", "64)"]
+def test_the_capability_table_is_the_method_tables():
+    from keras_posenc.models.capabilities import capability_table
+
+    assert capability_table() in README
+
+
+def test_the_readme_reads_in_ten_minutes():
+    assert len(README.splitlines()) <= 300
+
+
+def test_every_docs_page_the_readme_names_exists():
+    for name in re.findall(r"`(docs/[\w.]+\.md)`", README):
+        assert (ROOT / name).exists(), name
 
 
 if not IS_KERAS_3:  # one pass each (both train for 30-50 s): the layers and

@@ -6,6 +6,7 @@
 assembles through one `TransformerStack`.
 """
 
+from keras_posenc.models import capabilities
 from keras_posenc.models.causal_lm import CausalLM, build_causal_lm
 from keras_posenc.models.encoder import (
     POSITION_METHODS,
@@ -39,4 +40,5 @@ __all__ = [
     "build_classifier",
     "build_encoder",
     "build_token_classifier",
+    "capabilities",
 ]

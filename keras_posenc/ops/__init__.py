@@ -2,7 +2,7 @@
 
 `keras_posenc.ops` gathers the position functions (`positions`), the
 attention plumbing (`attention`: masks, head layout) and the block-local
-attention functions (`blocks`). Shape letters: see the README.
+attention functions (`blocks`). Shape letters: see docs/glossary.md.
 """
 
 from keras_posenc.ops import (

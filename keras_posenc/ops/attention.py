@@ -1,6 +1,6 @@
 """Attention plumbing: masks, the block-local band mask, head layout.
 
-Shape letters (README): B batch, T query length, S key length, N heads,
+Shape letters (docs/glossary.md): B batch, T query length, S key length, N heads,
 H head size, W attention window.
 """
 

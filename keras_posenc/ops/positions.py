@@ -1,6 +1,6 @@
 """Position functions: sinusoids, distances, T5 buckets, clipping, ALiBi.
 
-Shape letters (see README): B batch, T query length, S key length, N heads,
+Shape letters (see docs/glossary.md): B batch, T query length, S key length, N heads,
 D model width, K buckets/table size.
 """
 

@@ -1,0 +1,38 @@
+"""The README's capability table against what the builders and exporters do."""
+
+import pytest
+
+from keras_posenc.models import (
+    METHODS,
+    build_causal_lm,
+    build_encoder,
+    capabilities,
+)
+from tflite_export.convert import integer_blockers
+
+SMALL = dict(hidden_dim=8, num_heads=2, num_layers=1, max_length=16)
+
+
+@pytest.mark.parametrize("method", sorted(METHODS))
+def test_each_row_is_what_the_builders_and_exporter_do(method):
+    row = capabilities.capabilities(method)
+    encoder = build_encoder(vocab_size=9, position=method, packed=True, **SMALL)
+    lm = build_causal_lm(9, position=method, packed=row.packed, **SMALL)
+    assert row.encoder and row.causal_lm and row.packed and row.block_local
+    assert row.int8 == (not integer_blockers(encoder)) == (not integer_blockers(lm))
+    if row.streaming:
+        assert lm.check_streaming(4) == (4, 8)
+    else:
+        with pytest.raises(ValueError, match="cache_window.*None for this model"):
+            lm.check_streaming(4)
+    if not row.lsh:
+        with pytest.raises(ValueError, match="attention_type"):
+            build_encoder(vocab_size=9, position=method, attention_type="lsh", **SMALL)
+
+
+def test_the_table_has_a_row_and_a_glossary_line_for_every_method():
+    table = capabilities.capability_table().splitlines()
+    assert len(table) == 2 + len(METHODS)
+    assert set(capabilities.GLOSSARY) == set(METHODS)
+    for line, method in zip(table[2:], METHODS):
+        assert line.startswith(f"| `{method}` | {capabilities.GLOSSARY[method][0]}")
