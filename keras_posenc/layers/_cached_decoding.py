@@ -261,6 +261,13 @@ class CachedDecoding:
                 "Received: return_attention_scores=True"
             )
 
+    def _round_cache(self, k, v, training=None):
+        """Keys and values `(B, S, N, H)` on the cache's one range (or as they are)."""
+        if not self.quantize_cache:
+            return k, v
+        pair = rounder(self.rounding, training)(CACHE_POINT, tf.stack([k, v], 1))
+        return tf.unstack(pair, axis=1)
+
 
 def _plus(bias, attention_bias):
     """The float32 sum of two optional biases (None when both are None)."""

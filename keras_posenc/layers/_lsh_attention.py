@@ -12,8 +12,35 @@ from keras_posenc._compat import dim
 
 #: `attention_type` values: dense (or block-local with `attention_window`), LSH.
 ATTENTION_TYPES = ("dense", "lsh")
+#: LSH attention's options (`attention_options`) and their defaults.
+LSH_OPTIONS = {"num_hashes": 2, "bucket_size": 64, "hash_seed": 0}
 #: Call arguments LSH attention cannot honour (it builds its own chunks).
 _REFUSED = ("attention_mask", "attention_bias", "positions", "key_positions")
+
+
+def check_attention_options(attention_type, options):
+    """`LSH_OPTIONS` updated by `options` (None or a dict of its keys), the
+    one home of LSH's options for the layer and the builders alike."""
+    _checks.choice("attention_type", attention_type, ATTENTION_TYPES)
+    if options is None:
+        return dict(LSH_OPTIONS)
+    if not isinstance(options, dict):
+        raise TypeError(
+            f"`attention_options` must be a dict or None. Received: {options!r}"
+        )
+    unknown = sorted(set(options) - set(LSH_OPTIONS))
+    if unknown:
+        _checks.fail(
+            "attention_options",
+            f"a dict of {', '.join(LSH_OPTIONS)}",
+            options,
+            fix=f"Unknown keys: {unknown}",
+        )
+    if attention_type != "lsh":
+        _checks.fail(
+            "attention_options", f"None with attention_type={attention_type!r}", options
+        )
+    return {**LSH_OPTIONS, **options}
 
 
 def check_lsh(attention_type, options, overrides_attention=False):

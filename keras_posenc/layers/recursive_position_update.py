@@ -55,7 +55,7 @@ class RecursivePositionUpdate(keras.layers.Layer):
             (`RelativeMultiHeadAttention(quantize=True)`), the feed-forward
             (`QuantizedDense`), the two sums and the layer norm. `"cache"`
             also rounds both attentions' keys and values on the int8 cache's
-            one range (causal language models: `quantize_cache`).
+            one range (causal language models: the attention's `quantize="cache"`).
             Defaults to False.
 
     Call arguments:
@@ -138,7 +138,7 @@ class RecursivePositionUpdate(keras.layers.Layer):
         )
         rounding = {}
         if self.quantize:
-            rounding = dict(quantize=True, quantize_cache=self.quantize == "cache")
+            rounding = dict(quantize=self.quantize)  # True, or "cache": keys too
         self.attention = RelativeMultiHeadAttention(
             self.num_heads,
             self.key_dim,

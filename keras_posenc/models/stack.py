@@ -24,6 +24,7 @@ from keras_posenc.layers.recursive_position_update import RecursivePositionUpdat
 from keras_posenc.layers.relative_multi_head_attention import (
     ATTENTION_TYPES,
     RelativeMultiHeadAttention,
+    check_attention_options,
 )
 from keras_posenc.layers.relative_position_bias import RelativePositionBias
 from keras_posenc.layers.segment_positions import SegmentPositions
@@ -65,7 +66,7 @@ class TransformerStack:
         quantize: bool, every layer fake-quantizes what int8 TFLite rounds
             (quantization-aware training): `QuantizedDense`, `QuantizedAdd`
             for every residual sum, and `quantize=True` layers; a causal
-            stack also rounds its attention caches (`quantize_cache`). For
+            stack also rounds its attention caches (`quantize="cache"`). For
             `QUANTIZED_METHODS`, dense or block-local.
     """
 
@@ -189,8 +190,11 @@ class TransformerStack:
                         attention_window=window,
                         name=f"attention_{index}",
                         **lsh,
-                        **rounding,
-                        **({"quantize_cache": True} if quantize and causal else {}),
+                        **(
+                            {"quantize": "cache" if causal else True}
+                            if quantize
+                            else {}
+                        ),
                     )
                 )
                 self.norms.append(LayerNorm(name=f"attention_norm_{index}", **rounding))
@@ -517,20 +521,8 @@ def _check_attention_type(attention_type, options, position, others):
                 f"unset with attention_type='lsh' ({reason})",
                 others[name],
             )
-    options = {} if options is None else options
-    if not isinstance(options, dict):
-        raise TypeError(
-            f"`attention_options` must be a dict or None. Received: {options!r}"
-        )
-    unknown = sorted(set(options) - {"num_hashes", "bucket_size", "hash_seed"})
-    if unknown:
-        _checks.fail(
-            "attention_options",
-            "a dict of num_hashes, bucket_size and hash_seed",
-            options,
-            fix=f"Unknown keys: {unknown}",
-        )
-    return {"attention_type": "lsh", **options}
+    options = check_attention_options("lsh", options)
+    return {"attention_type": "lsh", "attention_options": options}
 
 
 def _refuse_lookahead(parts, position, position_options):

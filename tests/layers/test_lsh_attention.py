@@ -20,7 +20,15 @@ PRODUCERS = {
 
 
 def _lsh(bias=None, **kwargs):
-    kwargs = {"attention_type": "lsh", "num_hashes": 2, "bucket_size": 4, **kwargs}
+    options = {"num_hashes": 2, "bucket_size": 4}
+    options.update(
+        {
+            k: kwargs.pop(k)
+            for k in ("num_hashes", "bucket_size", "hash_seed")
+            if k in kwargs
+        }
+    )
+    kwargs = {"attention_type": "lsh", "attention_options": options, **kwargs}
     producer = None if bias is None else PRODUCERS[bias]()
     return RelativeMultiHeadAttention(2, 3, position_bias=producer, **kwargs)
 
@@ -94,9 +102,9 @@ def test_a_fixed_seed_is_deterministic_and_the_seed_chooses_the_buckets():
     layer = _lsh("t5", hash_seed=7)
     first = layer(x, x, use_causal_mask=True).numpy()
     np.testing.assert_array_equal(layer(x, x, use_causal_mask=True).numpy(), first)
-    other = RelativeMultiHeadAttention.from_config(
-        {**layer.get_config(), "hash_seed": 8}
-    )
+    config = layer.get_config()
+    config["attention_options"] = {**config["attention_options"], "hash_seed": 8}
+    other = RelativeMultiHeadAttention.from_config(config)
     other(x, x)
     other.set_weights(layer.get_weights())
     assert np.abs(other(x, x, use_causal_mask=True).numpy() - first).max() > 1e-4
@@ -159,3 +167,27 @@ def test_rejects_calls_lsh_cannot_honour(call, match):
         call["cache_update_index"] = 0
     with pytest.raises(ValueError, match=match):
         _lsh("t5")(x, **call)
+
+
+def test_the_old_lsh_keywords_are_the_attention_options():
+    old = RelativeMultiHeadAttention(
+        2, 3, attention_type="lsh", num_hashes=3, bucket_size=5, hash_seed=1
+    )
+    new = RelativeMultiHeadAttention(
+        2,
+        3,
+        attention_type="lsh",
+        attention_options={"num_hashes": 3, "bucket_size": 5, "hash_seed": 1},
+    )
+    assert old.get_config()["attention_options"] == new.attention_options
+    assert (new.num_hashes, new.bucket_size, new.hash_seed) == (3, 5, 1)
+    with pytest.raises(ValueError, match="not both"):
+        RelativeMultiHeadAttention(
+            2, 3, attention_type="lsh", attention_options={}, num_hashes=3
+        )
+    with pytest.raises(ValueError, match="attention_options.*Unknown keys"):
+        RelativeMultiHeadAttention(
+            2, 3, attention_type="lsh", attention_options={"buckets": 3}
+        )
+    with pytest.raises(ValueError, match="attention_options.*None with attention_"):
+        RelativeMultiHeadAttention(2, 3, attention_options={"num_hashes": 3})

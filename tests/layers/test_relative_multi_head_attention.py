@@ -392,9 +392,10 @@ def test_quantized_layer_checks(bias_mode, tmp_path):
 
 def make_quantized(mode, **kwargs):
     """A quantized layer with a T5 bias, or RoPE ("rope")."""
+    kwargs = {"quantize": True, **kwargs}
     if mode == "rope":
-        return make_rotary(quantize=True, **kwargs)
-    return make(mode, quantize=True, **kwargs)
+        return make_rotary(**kwargs)
+    return make(mode, **kwargs)
 
 
 @pytest.mark.parametrize("mode", ["t5", "rope"])
@@ -473,12 +474,29 @@ def test_quantized_attention_refuses_a_cache_without_its_range():
         layer(x, cache=cache, cache_update_index=0)
 
 
-@pytest.mark.parametrize("kwargs", [{}, {"value_dim": 5, "quantize": True}])
-def test_quantize_cache_needs_quantize_and_one_head_size(kwargs):
-    with pytest.raises(ValueError, match="`quantize_cache` must be False unless"):
-        RelativeMultiHeadAttention(
-            num_heads=2, key_dim=3, quantize_cache=True, **kwargs
-        )
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"quantize": "cache", "value_dim": 5}, "`quantize` must be True, not 'cache'"),
+        ({"quantize": "keys"}, "`quantize` must be False, True or 'cache'"),
+        ({"quantize_cache": True}, "`quantize_cache` must be False unless"),
+        (
+            {"quantize_cache": True, "quantize": True, "value_dim": 5},
+            "`quantize` must be True, not 'cache'",
+        ),
+    ],
+)
+def test_quantize_cache_needs_quantize_and_one_head_size(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        RelativeMultiHeadAttention(num_heads=2, key_dim=3, **kwargs)
+
+
+def test_the_old_quantize_cache_keyword_is_quantize_cache():
+    old = RelativeMultiHeadAttention(2, 3, quantize=True, quantize_cache=True)
+    assert old.quantize == "cache" and old.quantize_cache
+    assert old.get_config()["quantize"] == "cache" and "quantize_cache" not in (
+        old.get_config()
+    )
 
 
 @pytest.mark.parametrize("mode", ["t5", "rope"])
@@ -487,7 +505,7 @@ def test_a_quantized_cache_decodes_as_the_sequence_recomputes(mode):
     (RoPE: the rotated keys)."""
     rng = np.random.default_rng(3)
     x = rng.normal(size=(2, 5, 6)).astype("float32")
-    layer = make_quantized(mode, quantize_cache=True)
+    layer = make_quantized(mode, quantize="cache")
     layer(x, use_causal_mask=True, training=True)  # the ranges of one batch
     full = layer(x, use_causal_mask=True).numpy()
     cache = tf.zeros((2, 2, 5, 2, layer.key_dim))

@@ -1,0 +1,214 @@
+"""Argument and call checks of `RelativeMultiHeadAttention`, before any work.
+
+`check_arguments` validates the constructor's arguments (the old keywords
+forwarded into their one home); `AttentionChecks._check_call` refuses calls
+the layer cannot honour (`docs/attention.md` is the table of which path takes
+which argument).
+"""
+
+import tensorflow as tf
+
+from keras_posenc import _checks
+from keras_posenc._compat import optional_layer
+from keras_posenc.layers import _rope_checks
+from keras_posenc.layers._lsh_attention import (
+    LSH_OPTIONS,
+    check_attention_options,
+    check_lsh,
+)
+from keras_posenc.layers.contextual_position import ContextualPosition
+from keras_posenc.layers.rotary_embedding import RotaryEmbedding
+
+#: The constructor arguments `check_arguments` checks, in order.
+ARGUMENTS = (
+    "num_heads",
+    "key_dim",
+    "value_dim",
+    "output_dim",
+    "dropout",
+    "use_bias",
+    "position_bias",
+    "attention_window",
+    "rotary",
+    "quantize",
+    "contextual_position",
+    "attention_type",
+    "attention_options",
+)
+#: LSH's options as attributes of the layer.
+LSH_FIELDS = tuple(LSH_OPTIONS)
+
+
+def check_arguments(
+    overrides_attention,
+    kwargs,
+    num_heads,
+    key_dim,
+    value_dim,
+    output_dim,
+    dropout,
+    use_bias,
+    position_bias,
+    attention_window,
+    rotary,
+    quantize,
+    contextual_position,
+    attention_type,
+    attention_options,
+):
+    """`{name: checked value}` of the layer's arguments (and LSH's derived
+    `num_hashes`, `bucket_size`, `hash_seed`); the old keywords
+    (`num_hashes=`, ..., `quantize_cache=`) are taken out of `kwargs`.
+    `overrides_attention`: the class overrides `compute_attention`."""
+    # The old keywords, forwarded into their one home.
+    legacy = {k: kwargs.pop(k) for k in LSH_OPTIONS if k in kwargs}
+    if legacy:
+        if attention_options is not None:
+            _checks.fail(
+                "attention_options",
+                "the LSH options, or num_hashes/bucket_size/hash_seed, not both",
+                attention_options,
+            )
+        attention_options = legacy
+    if kwargs.pop("quantize_cache", False):
+        if quantize is not True:
+            _checks.fail(
+                "quantize_cache",
+                "False unless quantize=True (it is quantize='cache' now)",
+                True,
+                fix=f"Received quantize={quantize!r}",
+            )
+        quantize = "cache"
+    num_heads = _checks.positive_int("num_heads", num_heads)
+    key_dim = _checks.positive_int("key_dim", key_dim)
+    value_dim = _checks.positive_int("value_dim", value_dim, allow_none=True)
+    output_dim = _checks.positive_int("output_dim", output_dim, allow_none=True)
+    dropout = _checks.rate("dropout", dropout)
+    use_bias = _checks.boolean("use_bias", use_bias)
+    attention_window = _checks.positive_int(
+        "attention_window", attention_window, allow_none=True
+    )
+    position_bias = optional_layer("position_bias", position_bias)
+    check_heads("position_bias", position_bias, num_heads)
+    rotary = optional_layer("rotary", rotary, RotaryEmbedding)
+    if quantize not in (False, True, "cache"):
+        _checks.fail("quantize", "False, True or 'cache'", quantize)
+    quantize_cache = quantize == "cache"
+    if quantize and rotary is not None:
+        _rope_checks.check_quantized_rotary(rotary, key_dim)
+    contextual_position = optional_layer(
+        "contextual_position", contextual_position, ContextualPosition
+    )
+    if contextual_position is not None and quantize:
+        _checks.fail(
+            "contextual_position",
+            "None with `quantize=True` (it counts over the logits in float)",
+            contextual_position,
+        )
+    if quantize_cache and value_dim not in (None, key_dim):
+        _checks.fail(
+            "quantize",
+            "True, not 'cache', unless value_dim is None or key_dim (keys "
+            "and values share one cache tensor)",
+            quantize,
+            fix=f"Received value_dim={value_dim}",
+        )
+    lsh = check_lsh(
+        attention_type,
+        dict(
+            **check_attention_options(attention_type, attention_options),
+            attention_window=attention_window,
+            quantize=quantize,
+            contextual_position=contextual_position,
+        ),
+        overrides_attention,
+    )
+    attention_type, num_hashes, bucket_size, hash_seed = lsh
+    if attention_options is not None:
+        attention_options = dict(
+            num_hashes=num_hashes, bucket_size=bucket_size, hash_seed=hash_seed
+        )
+    checked = locals()
+    return {name: checked[name] for name in ARGUMENTS + LSH_FIELDS}
+
+
+class AttentionChecks:
+    """The call checks of `RelativeMultiHeadAttention` (a mixin)."""
+
+    def _check_call(self, query, key, value, **call_arguments):
+        """Errors for calls the layer cannot honour, before any work."""
+        window = self.attention_window
+        for name, tensor in (("query", query), ("value", value), ("key", key)):
+            if tensor.shape.rank not in (None, 3):
+                raise ValueError(
+                    f"`{name}` must have rank 3, (B, L, D): attention never folds "
+                    f"other axes into the batch. Received: {name}.shape={tensor.shape}"
+                )
+        s_v, s_k = value.shape[1], key.shape[1]
+        if s_v is not None and s_k is not None and s_v != s_k:
+            raise ValueError(
+                "`key` and `value` must have the same length. Received: "
+                f"key.shape={key.shape}, value.shape={value.shape}"
+            )
+        if self.attention_type == "lsh":
+            self._check_lsh_call(query, key, call_arguments)
+        if call_arguments["cache"] is not None:
+            self._check_cache(query, **call_arguments)
+            return
+        if call_arguments["cache_update_index"] is not None:
+            raise ValueError(
+                "`cache_update_index` goes with `cache`. Received: cache=None, "
+                f"cache_update_index={call_arguments['cache_update_index']!r}"
+            )
+        if window is None:
+            return
+        t, s = query.shape[1], key.shape[1]
+        if t is not None and s is not None and t != s:
+            raise ValueError(
+                "`attention_window` needs self-attention (equal query and key "
+                f"lengths). Received: query.shape={query.shape}, key.shape={key.shape}"
+            )
+        if call_arguments["return_attention_scores"]:
+            raise ValueError(
+                "`return_attention_scores` needs the dense (T, S) weights, which "
+                "local attention never builds. Received: return_attention_scores="
+                f"True with attention_window={window}"
+            )
+        for name in ("attention_mask", "positions", "key_positions"):
+            if call_arguments[name] is not None:
+                raise ValueError(
+                    f"`{name}` must be None with attention_window={window} (local "
+                    "attention builds its own band; use query/key masks and "
+                    f"start_index). Received: a {name} tensor"
+                )
+        check_band_bias(call_arguments["attention_bias"], t, window, self.num_heads)
+
+
+def check_band_bias(bias, length, window, num_heads):
+    """A block-local `attention_bias` must lie on the band `(B|1, N*nb, W, 3W)`."""
+    if bias is None:
+        return
+    shape = tf.TensorShape(getattr(bias, "shape", None))
+    folded = None if length is None else num_heads * -(-length // window)
+    expected = [folded, window, 3 * window]
+    if shape.rank != 4 or any(
+        want is not None and got is not None and got != want
+        for want, got in zip(expected, shape[1:])
+    ):
+        raise ValueError(
+            f"`attention_bias` with attention_window={window} must be the band's "
+            f"bias (B or 1, N*nb, W, 3W) = (B or 1, {folded}, {window}, "
+            f"{3 * window}) (nb = ceil(T / W); `ForgettingGate(attention_window="
+            f"{window})` returns it). Received: attention_bias.shape={shape}"
+        )
+
+
+def check_heads(name, producer, num_heads):
+    """A bias producer must make one bias per attention head."""
+    heads = getattr(producer, "num_heads", num_heads)
+    if heads != num_heads:
+        _checks.fail(
+            name,
+            f"a producer of num_heads={num_heads} heads",
+            f"{type(producer).__name__}(num_heads={heads})",
+        )
