@@ -160,3 +160,47 @@ def test_the_attention_class_reads_in_one_sitting():
     assert (
         len(inspect.getdoc(keras_posenc.RelativeMultiHeadAttention).splitlines()) <= 80
     )
+
+
+#: Signatures above 12 named parameters, with why: Keras' own
+#: `MultiHeadAttention` takes 16 (its projections' dims, bias and
+#: initializers, which this layer keeps under the same names).
+WIDER = {"RelativeMultiHeadAttention.__init__": 13}
+
+
+def _named(function):
+    kinds = (inspect.Parameter.VAR_KEYWORD, inspect.Parameter.VAR_POSITIONAL)
+    params = inspect.signature(function).parameters.values()
+    return [p for p in params if p.name != "self" and p.kind not in kinds]
+
+
+def test_public_signatures_are_twelve_parameters_at_most():
+    """Functions, constructors and `generate` (calls mirror Keras' own)."""
+    import importlib
+    import pkgutil
+
+    import tflite_export
+
+    found = {}
+    for package in (keras_posenc, tflite_export):
+        names = [package.__name__] + [
+            m.name
+            for m in pkgutil.walk_packages(package.__path__, package.__name__ + ".")
+            if not any(part.startswith("_") for part in m.name.split("."))
+        ]
+        for module in map(importlib.import_module, names):
+            for name, obj in vars(module).items():
+                if (
+                    name.startswith("_")
+                    or getattr(obj, "__module__", "") != module.__name__
+                ):
+                    continue
+                if inspect.isfunction(obj):
+                    found[name] = len(_named(obj))
+                elif inspect.isclass(obj) and "__dataclass_fields__" not in vars(obj):
+                    found[f"{name}.__init__"] = len(_named(obj.__init__))
+                    if inspect.isfunction(getattr(obj, "generate", None)):
+                        found[f"{name}.generate"] = len(_named(obj.generate))
+    wide = {name: n for name, n in found.items() if n > 12}
+    assert wide == WIDER
+    assert found["CausalLM.generate"] <= 12 and found["build_encoder"] <= 12

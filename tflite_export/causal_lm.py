@@ -154,7 +154,7 @@ def convert_causal_lm(
         raise ValueError(
             f"`max_length` must be an int >= 2. Received: max_length={max_length!r}"
         )
-    limit = model.get_config()["max_length"]
+    limit = model.max_length
     if model.position == "learned" and max_length > limit:
         raise ValueError(
             f"`max_length` must be <= the model's max_length={limit} for "

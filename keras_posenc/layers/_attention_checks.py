@@ -28,15 +28,15 @@ ARGUMENTS = (
     "dropout",
     "use_bias",
     "position_bias",
-    "attention_window",
     "rotary",
     "quantize",
     "contextual_position",
-    "attention_type",
     "attention_options",
 )
-#: LSH's options as attributes of the layer.
-LSH_FIELDS = tuple(LSH_OPTIONS)
+#: What `attention_options` holds: the pattern, and LSH's hashing.
+ATTENTION_KEYS = ("attention_window", "attention_type", *LSH_OPTIONS)
+#: The attention options, as attributes of the layer.
+LSH_FIELDS = ("attention_window", "attention_type", *LSH_OPTIONS)
 
 
 def check_arguments(
@@ -49,27 +49,39 @@ def check_arguments(
     dropout,
     use_bias,
     position_bias,
-    attention_window,
     rotary,
     quantize,
     contextual_position,
-    attention_type,
     attention_options,
 ):
-    """`{name: checked value}` of the layer's arguments (and LSH's derived
+    """`{name: checked value}` of the layer's arguments, and the attention
+    options as attributes (`attention_window`, `attention_type`, LSH's
     `num_hashes`, `bucket_size`, `hash_seed`); the old keywords
-    (`num_hashes=`, ..., `quantize_cache=`) are taken out of `kwargs`.
+    (`attention_window=`, ..., `quantize_cache=`) are taken out of `kwargs`.
     `overrides_attention`: the class overrides `compute_attention`."""
     # The old keywords, forwarded into their one home.
-    legacy = {k: kwargs.pop(k) for k in LSH_OPTIONS if k in kwargs}
-    if legacy:
-        if attention_options is not None:
-            _checks.fail(
-                "attention_options",
-                "the LSH options, or num_hashes/bucket_size/hash_seed, not both",
-                attention_options,
-            )
-        attention_options = legacy
+    if attention_options is not None and not isinstance(attention_options, dict):
+        raise TypeError(
+            "`attention_options` must be a dict or None. "
+            f"Received: {attention_options!r}"
+        )
+    given = dict(attention_options or {})
+    for key in ATTENTION_KEYS:
+        if key in kwargs:
+            if key in given:
+                _checks.fail(key, "given once (also in attention_options)", kwargs[key])
+            given[key] = kwargs.pop(key)
+    unknown = sorted(set(given) - set(ATTENTION_KEYS))
+    if unknown:
+        _checks.fail(
+            "attention_options",
+            f"a dict of {', '.join(ATTENTION_KEYS)}",
+            attention_options,
+            fix=f"Unknown keys: {unknown}",
+        )
+    attention_window = given.get("attention_window")
+    attention_type = given.get("attention_type", "dense")
+    lsh_options = {k: given[k] for k in LSH_OPTIONS if k in given} or None
     if kwargs.pop("quantize_cache", False):
         if quantize is not True:
             _checks.fail(
@@ -116,7 +128,7 @@ def check_arguments(
     lsh = check_lsh(
         attention_type,
         dict(
-            **check_attention_options(attention_type, attention_options),
+            **check_attention_options(attention_type, lsh_options),
             attention_window=attention_window,
             quantize=quantize,
             contextual_position=contextual_position,
@@ -124,10 +136,12 @@ def check_arguments(
         overrides_attention,
     )
     attention_type, num_hashes, bucket_size, hash_seed = lsh
-    if attention_options is not None:
-        attention_options = dict(
+    if attention_type == "lsh":  # the hashing in force, written out
+        given.update(
             num_hashes=num_hashes, bucket_size=bucket_size, hash_seed=hash_seed
         )
+    given["attention_window"] = attention_window  # checked
+    attention_options = {k: v for k, v in given.items() if v is not None} or None
     checked = locals()
     return {name: checked[name] for name in ARGUMENTS + LSH_FIELDS}
 

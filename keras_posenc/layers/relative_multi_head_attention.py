@@ -29,12 +29,11 @@ from keras_posenc.layers._attention_checks import (
 )
 from keras_posenc.layers._cached_decoding import CACHE_POINT, CachedDecoding, _plus
 from keras_posenc.layers._local_attention import LocalAttention
-from keras_posenc.layers._lsh_attention import (  # noqa: F401 (ATTENTION_TYPES)
+from keras_posenc.layers._lsh_attention import (  # noqa: F401 (re-exported)
     ATTENTION_TYPES,
     LSH_OPTIONS,
     LSHAttention,
     check_attention_options,
-    check_lsh,
 )
 from keras_posenc.layers._packed_attention import PackedAttention, segment_mask
 from keras_posenc.layers._rotary_attention import (
@@ -76,7 +75,8 @@ class RelativeMultiHeadAttention(
     them); the logits `(B, N, T, S)` get the bias of `position_bias` (any
     producer of the bias contract) and an optional call-time `attention_bias`;
     masked keys get exactly zero weight; softmax runs in float32. Dense,
-    block-local (`attention_window`), LSH (`attention_type="lsh"`) or cached
+    block-local (`attention_window`), LSH (`attention_type="lsh"`), both in
+    `attention_options`, or cached
     (`cache=`): which arguments each path takes is one table,
     `docs/attention.md`. Built from Dense, transposes and batched matmuls, it
     exports to full-int8 TFLite (but LSH, which sorts). A subclass changes the
@@ -96,8 +96,6 @@ class RelativeMultiHeadAttention(
             `"glorot_uniform"`.
         bias_initializer: the projection biases' initializer. Defaults to
             `"zeros"`.
-        attention_window: int W, block-local self-attention. Defaults to
-            `None` (dense).
         rotary: a `RotaryEmbedding` turning queries and keys at their
             positions, or None. Defaults to `None`.
         quantize: False, True (fake-quantize what int8 TFLite rounds, for
@@ -105,9 +103,11 @@ class RelativeMultiHeadAttention(
             values, as a decoding export's int8 cache). Defaults to `False`.
         contextual_position: a `ContextualPosition` (CoPE), a term computed
             from the scaled queries and the logits. Defaults to `None`.
-        attention_type: `"dense"` or `"lsh"`. Defaults to `"dense"`.
-        attention_options: dict of LSH's `num_hashes` (2), `bucket_size` (64)
-            and `hash_seed` (0), as the builders take it. Defaults to `None`.
+        attention_options: dict, the attention concern, as the builders take
+            it: `attention_window` (int W: block-local self-attention),
+            `attention_type` (`"dense"` or `"lsh"`) and LSH's `num_hashes`
+            (2), `bucket_size` (64), `hash_seed` (0); each is also taken as a
+            keyword (`attention_window=8`). Defaults to `None` (dense).
 
     Call arguments:
         query: tensor `(B, T, Dq)`.
@@ -157,11 +157,9 @@ class RelativeMultiHeadAttention(
         position_bias=None,
         kernel_initializer="glorot_uniform",
         bias_initializer="zeros",
-        attention_window=None,
         rotary=None,
         quantize=False,
         contextual_position=None,
-        attention_type="dense",
         attention_options=None,
         **kwargs,
     ):
@@ -319,11 +317,9 @@ class RelativeMultiHeadAttention(
                     self.kernel_initializer
                 ),
                 "bias_initializer": keras.initializers.serialize(self.bias_initializer),
-                "attention_window": self.attention_window,
                 "rotary": serialize_layer(self.rotary),
                 "quantize": self.quantize,
                 "contextual_position": serialize_layer(self.contextual_position),
-                "attention_type": self.attention_type,
                 "attention_options": self.attention_options,
             }
         )

@@ -167,7 +167,7 @@ class Generating:
         jit_compile = _checks.boolean("jit_compile", jit_compile)
         tokens = tokens.astype(np.int32)
         if streaming is None:
-            limit = self._lm_config["max_length"]
+            limit = self.max_length
             if self.position == "learned" and tokens.shape[1] > limit:
                 _checks.fail(
                     "token_ids",
@@ -263,7 +263,7 @@ class Generating:
                 if value is False:
                     _checks.fail(name, f"True with streaming ({why})", value)
         reach = total if rolling is None else rolling[1]  # the largest position + 1
-        limit = self._lm_config["max_length"]
+        limit = self.max_length
         if self.position == "learned" and prompts.shape[1] > limit:
             _checks.fail(
                 "prompt_ids",

@@ -149,7 +149,7 @@ def capabilities(method):
     builds encoders and causal LMs, block-local and on packed rows.
     """
     record = METHODS[method]
-    stack = TransformerStack(method, 8, 1, 2, 0.0, 16, causal=True)
+    stack = TransformerStack(method, 8, 1, 2, causal=True)
     return Capabilities(
         method=method,
         encoder=True,

@@ -12,8 +12,10 @@ from keras_posenc.layers.token_embedding import TokenEmbedding
 from keras_posenc.models._generating import MAX_COMPILED_STEPS, Generating
 from keras_posenc.models.packed import SegmentIdsCheck
 from keras_posenc.models.stack import (
+    DEFAULT_MAX_LENGTH,
     TransformerStack,
     check_sequence_length,
+    grouped_options,
     packed_inputs,
 )
 from keras_posenc.utils import nested_layers
@@ -50,17 +52,14 @@ class CausalLM(SegmentIdsCheck, Generating, keras.Model):
         dropout: float, every dropout rate (attention weights, feed-forward
             outputs). Defaults to `0.0`.
         position: str, one of `POSITION_METHODS`. Defaults to `"rope"`.
-        max_length: int, the table size of `"learned"` (the longest text it
-            can read or generate); the clipping distance of `"clipped"` and
-            `"gated"` defaults to `min(max_length, 32)`. Defaults to `512`.
-        attention_window: int, block-local causal attention with this window
-            (linear in T; generation keeps the same band). Defaults to `None`.
-        position_options: dict, options of the method's layers, as in
-            `build_encoder`; options that would look ahead (a bias with
-            `bidirectional=True`) are refused. Defaults to `None`.
-        share_position_bias: bool, one bias producer for every attention,
-            evaluated once per forward (and once per decoding step), as in
-            `build_encoder`. Defaults to `False`.
+        position_options: dict, the position concern as in `build_encoder`
+            (the method's options, `max_length`: the longest text `"learned"`
+            can read or generate, 512; `share_position_bias`); options that
+            would look ahead (`bidirectional=True`) are refused. Defaults to
+            `None`.
+        attention_options: dict, the attention concern: `attention_window`
+            (block-local causal attention; generation keeps the band).
+            Defaults to `None`.
         quantize: bool, quantization-aware training: every tensor the int8
             decoding export rounds (the embedding table, the projections and
             the head, every norm, residual sum and attention step, and the
@@ -81,7 +80,9 @@ class CausalLM(SegmentIdsCheck, Generating, keras.Model):
             multiple of the window (`pack(..., align=W)`) get exactly their
             own band. `generate`, `score` and the exports run one document
             per row, as an unpacked model. Defaults to `False`.
-        name: str, the model name. Defaults to `"causal_lm"`.
+        **kwargs: `name` (default `"causal_lm"`), `trainable`, and the old
+            keywords (`max_length`, `attention_window`,
+            `share_position_bias`), forwarded into the option dicts.
 
     Example:
 
@@ -102,32 +103,33 @@ class CausalLM(SegmentIdsCheck, Generating, keras.Model):
         num_heads=4,
         dropout=0.0,
         position="rope",
-        max_length=512,
-        attention_window=None,
         position_options=None,
-        share_position_bias=False,
+        attention_options=None,
         quantize=False,
         packed=False,
-        name="causal_lm",
         **kwargs,
     ):
-        unknown = sorted(set(kwargs) - {"trainable"})
-        if unknown:  # keras.Model would ignore a misspelled argument
-            raise TypeError(
-                f"CausalLM got unexpected keyword arguments {unknown}; it takes "
-                "the arguments of build_causal_lm (vocab_size, hidden_dim, ...). "
-                f"Received: {', '.join(f'{k}={kwargs[k]!r}' for k in unknown)}"
+        name = kwargs.pop("name", "causal_lm")
+        keras_keywords = {k: kwargs.pop(k) for k in ("trainable",) if k in kwargs}
+        try:
+            position_options, attention_options = grouped_options(
+                position_options, attention_options, kwargs
             )
+        except TypeError as error:  # keras.Model would ignore a misspelled one
+            raise TypeError(
+                f"CausalLM got an unexpected keyword argument: {error}. It takes "
+                "the arguments of build_causal_lm (vocab_size, hidden_dim, ...). "
+                f"Received: {', '.join(f'{k}={v!r}' for k, v in kwargs.items())}"
+            ) from None
+        max_length = position_options.get("max_length", DEFAULT_MAX_LENGTH)
         stack = TransformerStack(
             position,
             hidden_dim,
             num_layers,
             num_heads,
             dropout,
-            max_length,
-            attention_window=attention_window,
-            position_options=position_options,
-            share_position_bias=share_position_bias,
+            position_options=dict(position_options),
+            attention_options=dict(attention_options),
             causal=True,
             quantize=quantize,
         )
@@ -141,10 +143,8 @@ class CausalLM(SegmentIdsCheck, Generating, keras.Model):
             "num_heads": int(num_heads),
             "dropout": float(dropout),
             "position": position,
-            "max_length": int(max_length),
-            "attention_window": attention_window,
-            "position_options": position_options,
-            "share_position_bias": share_position_bias,
+            "position_options": position_options or None,
+            "attention_options": attention_options or None,
             "quantize": quantize,
             "packed": _checks.boolean("packed", packed),
         }
@@ -155,10 +155,17 @@ class CausalLM(SegmentIdsCheck, Generating, keras.Model):
         )
         inputs, tokens, segments = packed_inputs(config["sequence_length"], packed)
         logits = head(stack.forward(embedding(tokens), segment_ids=segments))
-        super().__init__(inputs, logits, name=name, **kwargs)
+        super().__init__(inputs, logits, name=name, **keras_keywords)
         # Plain attributes (already tracked by the functional graph).
         self._parts = types.SimpleNamespace(stack=stack, embedding=embedding, head=head)
         self._lm_config = config
+
+    @property
+    def max_length(self):
+        """The position tables' length (`position_options["max_length"]`,
+        512 unless set): the longest text `"learned"` can read."""
+        options = self._lm_config["position_options"] or {}
+        return int(options.get("max_length", DEFAULT_MAX_LENGTH))
 
     def make_train_function(self, force=False):
         """Keras' training step; the optimizer is built on the weights first.

@@ -12,8 +12,10 @@ from keras_posenc.layers.token_embedding import TokenEmbedding
 from keras_posenc.models.methods import METHODS
 from keras_posenc.models.packed import PackedModel
 from keras_posenc.models.stack import (
+    DEFAULT_MAX_LENGTH,
     TransformerStack,
     check_sequence_length,
+    grouped_options,
     packed_inputs,
 )
 
@@ -40,16 +42,11 @@ def build_encoder(
     num_heads=4,
     dropout=0.0,
     position="t5",
-    max_length=512,
-    mask_zero=False,
-    grid_shape=None,
-    attention_window=None,
     position_options=None,
-    share_position_bias=False,
-    packed=False,
-    attention_type="dense",
     attention_options=None,
-    name="encoder",
+    mask_zero=False,
+    packed=False,
+    **keywords,
 ):
     """A Transformer encoder `(B, T) or (B, T, input_dim) -> (B, T, hidden_dim)`.
 
@@ -69,48 +66,36 @@ def build_encoder(
             before its residual sum. Defaults to `0.0`.
         position: str, one of `POSITION_METHODS` (the rows of
             `keras_posenc.models.methods.METHODS`). Defaults to `"t5"`.
-        max_length: int, the table size of `"learned"`; `"clipped"` and
-            `"gated"` clip distances at `min(max_length, 32)` unless
-            `position_options` sets `max_distance`. Defaults to `512`.
+        position_options: dict, the position concern: the method's layers'
+            options (`METHODS[position].options` lists them, e.g.
+            `{"num_buckets": 64}` for `"t5"`), `max_length` (the table size
+            of `"learned"`, the clipping of `"clipped"`/`"gated"`; 512),
+            `grid_shape` (a flattened `(rows, cols)` grid) and
+            `share_position_bias` (one bias for every attention). Defaults
+            to `None`.
+        attention_options: dict, the attention concern: `attention_window`
+            (block-local, linear in T), `attention_type` (`"dense"` or
+            `"lsh"`, for `LSH_METHODS`) and LSH's `num_hashes`,
+            `bucket_size`, `hash_seed`. Defaults to `None` (dense).
         mask_zero: bool, token 0 is padding (a Keras mask). Defaults to `False`.
-        grid_shape: tuple, e.g. `(rows, cols)`: the sequence is a flattened
-            grid; `"dynamic_bias"` (or `"hybrid"`, which then adds it to its
-            attention) reads 2-D distances and `"rope"` turns axially over
-            the grid. Defaults to `None`.
-        attention_window: int, block-local attention with this window in
-            every layer (linear in T); None keeps dense attention.
-            Defaults to `None`.
-        position_options: dict, constructor arguments forwarded to the
-            method's layers, e.g. `{"num_buckets": 64, "max_distance": 256}`
-            for `"t5"`; `keras_posenc.models.methods.METHODS[position].options`
-            lists the keys each method takes. Defaults to `None`.
-        share_position_bias: bool, one bias producer evaluates the bias once
-            per forward and every attention adds it, as T5 does: one
-            parameter set and L - 1 fewer evaluations. For the methods in
-            `SHARED_BIAS_METHODS`, with dense attention. Defaults to `False`.
-        packed: bool, the model takes packed rows `{"token_ids": (B, T),
-            "segment_ids": (B, T)}` (with `vocab_size`, without
-            `grid_shape`): documents are contiguous runs of one segment id
-            (0 is padding), every position restarts at 0 in each document
-            and attention stays inside it, so each token gets the output it
-            gets in its document alone (with `attention_window`: documents
-            that start at a multiple of the window); not with LSH
-            attention. Defaults to `False`.
-        attention_type: str, `"dense"` (block-local with
-            `attention_window`) or `"lsh"`: every attention is LSH attention
-            (Reformer's: shared query-key heads hashed into buckets, sorted,
-            attended in chunks; `T log T`) for the methods in
-            `LSH_METHODS`, without a window, a shared bias or a grid.
-            Defaults to `"dense"`.
-        attention_options: dict, the LSH options of every attention:
-            `num_hashes`, `bucket_size`, `hash_seed` (see
-            `RelativeMultiHeadAttention`). Defaults to `None`.
-        name: str, the model name. Defaults to `"encoder"`.
+        packed: bool, the model takes packed rows `{"token_ids",
+            "segment_ids"}` (with `vocab_size`, without a grid): each
+            document reads as alone; not with LSH. Defaults to `False`.
+        **keywords: `name` (default `"encoder"`), and the old keywords
+            (`max_length`, `grid_shape`, `share_position_bias`,
+            `attention_window`, `attention_type`), forwarded into the dicts.
 
     Returns:
         A functional `keras.Model`.
     """
     _checks.choice("position", position, tuple(METHODS))
+    name = keywords.pop("name", "encoder")
+    position_options, attention_options = grouped_options(
+        position_options, attention_options, keywords
+    )
+    attention_type = attention_options.get("attention_type", "dense")
+    max_length = position_options.get("max_length", DEFAULT_MAX_LENGTH)
+    grid_shape = position_options.get("grid_shape")
     if (vocab_size is None) == (input_dim is None):
         _checks.fail(
             "vocab_size",
@@ -134,12 +119,7 @@ def build_encoder(
         num_layers,
         num_heads,
         dropout,
-        max_length,
-        attention_window=attention_window,
         position_options=position_options,
-        share_position_bias=share_position_bias,
-        grid_shape=grid_shape,
-        attention_type=attention_type,
         attention_options=attention_options,
     )
     sequence_length = check_sequence_length(position, sequence_length, max_length)

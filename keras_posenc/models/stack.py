@@ -23,6 +23,7 @@ from keras_posenc.layers.quantized_dense import QuantizedDense
 from keras_posenc.layers.recursive_position_update import RecursivePositionUpdate
 from keras_posenc.layers.relative_multi_head_attention import (
     ATTENTION_TYPES,
+    LSH_OPTIONS,
     RelativeMultiHeadAttention,
     check_attention_options,
 )
@@ -52,22 +53,22 @@ class TransformerStack:
         num_layers: int, the number of blocks L.
         num_heads: int, the attention heads N.
         dropout: float, every dropout rate of the stack.
-        max_length: int, the table size of `"learned"` and the default
-            clipping of `"clipped"` / `"gated"`.
-        attention_window: int or None, block-local attention.
-        attention_type: str, `"dense"` or `"lsh"` (every attention; see
-            `RelativeMultiHeadAttention`), for `LSH_METHODS` in encoders.
-        attention_options: dict or None, the LSH options of every attention
-            (`num_hashes`, `bucket_size`, `hash_seed`).
-        position_options: dict or None, options of the method's layers.
-        share_position_bias: bool, one bias producer for every attention.
-        grid_shape: tuple or None, the grid of a flattened 2-D input.
+        position_options: dict or None, the position concern: options of the
+            method's layers, and `max_length` (the table size of `"learned"`,
+            the default clipping of `"clipped"` / `"gated"`; 512),
+            `grid_shape` (a flattened 2-D input) and `share_position_bias`
+            (one bias producer for every attention).
+        attention_options: dict or None, the attention concern:
+            `attention_window` (block-local), `attention_type` (`"dense"` or
+            `"lsh"`, for `LSH_METHODS` in encoders) and LSH's `num_hashes`,
+            `bucket_size`, `hash_seed`.
         causal: bool, no position reads a later one (decoders).
         quantize: bool, every layer fake-quantizes what int8 TFLite rounds
-            (quantization-aware training): `QuantizedDense`, `QuantizedAdd`
-            for every residual sum, and `quantize=True` layers; a causal
-            stack also rounds its attention caches (`quantize="cache"`). For
+            (quantization-aware training), caches too in a causal stack. For
             `QUANTIZED_METHODS`, dense or block-local.
+        **keywords: the old keywords (`max_length`, `grid_shape`,
+            `share_position_bias`, `attention_window`, `attention_type`),
+            forwarded into the two option dicts.
     """
 
     def __init__(
@@ -76,17 +77,26 @@ class TransformerStack:
         hidden_dim,
         num_layers,
         num_heads,
-        dropout,
-        max_length,
-        attention_window=None,
+        dropout=0.0,
         position_options=None,
-        share_position_bias=False,
-        grid_shape=None,
+        attention_options=None,
         causal=False,
         quantize=False,
-        attention_type="dense",
-        attention_options=None,
+        **keywords,
     ):
+        if isinstance(position_options, int) and not isinstance(position_options, bool):
+            keywords["max_length"] = position_options  # the old 6th argument
+            position_options = None
+        position_options, attention_options = grouped_options(
+            position_options, attention_options, keywords
+        )
+        max_length = position_options.pop("max_length", DEFAULT_MAX_LENGTH)
+        grid_shape = position_options.pop("grid_shape", None)
+        share_position_bias = position_options.pop("share_position_bias", False)
+        position_options = position_options or None
+        attention_window = attention_options.pop("attention_window", None)
+        attention_type = attention_options.pop("attention_type", "dense")
+        attention_options = attention_options or None
         method = METHODS[_checks.choice("position", position, tuple(METHODS))]
         width = _checks.positive_int("hidden_dim", hidden_dim)
         layers = _checks.positive_int("num_layers", num_layers)
@@ -489,6 +499,44 @@ def _recursive_block(heads, width, dropout, window, parts, index, causal, quanti
         name=f"recursive_{index}",
         **block,
     )
+
+
+#: `max_length` when neither `position_options` nor the old keyword sets it.
+DEFAULT_MAX_LENGTH = 512
+#: The stack's own keys of `position_options` (the rest go to the method's layers).
+POSITION_KEYS = ("max_length", "grid_shape", "share_position_bias")
+#: The keys of `attention_options`: the pattern, and LSH's hashing.
+ATTENTION_KEYS = ("attention_window", "attention_type", *LSH_OPTIONS)
+
+
+def grouped_options(position_options, attention_options, keywords):
+    """`(position_options, attention_options)` as new dicts, the old keywords
+    (`max_length=`, `attention_window=`, ...) folded into their home.
+
+    An unknown keyword is a `TypeError`; a key given both ways a `ValueError`.
+    """
+    for name, value in (
+        ("position_options", position_options),
+        ("attention_options", attention_options),
+    ):
+        if value is not None and not isinstance(value, dict):
+            raise TypeError(f"`{name}` must be a dict or None. Received: {value!r}")
+    homes = (
+        (dict(position_options or {}), POSITION_KEYS, "position_options"),
+        (dict(attention_options or {}), ATTENTION_KEYS, "attention_options"),
+    )
+    for key, value in keywords.items():
+        home = next((h for h in homes if key in h[1]), None)
+        if home is None:
+            raise TypeError(
+                f"Unexpected keyword argument {key!r}: the builders take "
+                f"{list(POSITION_KEYS)} in position_options and "
+                f"{list(ATTENTION_KEYS)} in attention_options"
+            )
+        if key in home[0]:
+            _checks.fail(key, f"given once (also in {home[2]})", value)
+        home[0][key] = value
+    return homes[0][0], homes[1][0]
 
 
 def _check_attention_type(attention_type, options, position, others):

@@ -181,10 +181,17 @@ def test_the_old_lsh_keywords_are_the_attention_options():
     )
     assert old.get_config()["attention_options"] == new.attention_options
     assert (new.num_hashes, new.bucket_size, new.hash_seed) == (3, 5, 1)
-    with pytest.raises(ValueError, match="not both"):
+    with pytest.raises(ValueError, match="`num_hashes` must be given once"):
         RelativeMultiHeadAttention(
-            2, 3, attention_type="lsh", attention_options={}, num_hashes=3
+            2,
+            3,
+            attention_type="lsh",
+            attention_options={"num_hashes": 2},
+            num_hashes=3,
         )
+    window = RelativeMultiHeadAttention(2, 3, attention_options={"attention_window": 4})
+    assert window.attention_window == 4 and window.attention_type == "dense"
+    assert window.get_config()["attention_options"] == {"attention_window": 4}
     with pytest.raises(ValueError, match="attention_options.*Unknown keys"):
         RelativeMultiHeadAttention(
             2, 3, attention_type="lsh", attention_options={"buckets": 3}

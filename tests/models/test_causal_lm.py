@@ -324,8 +324,43 @@ def test_config_holds_every_constructor_argument():
         "self",
         "kwargs",
     }
-    assert arguments <= set(model.get_config())
-    assert model.get_config()["position_options"] == {"max_distance": 5}
+    config = model.get_config()
+    assert arguments <= set(config)
+    # The old keywords went to their one home (`small` passes max_length=48).
+    assert config["position_options"] == {"max_distance": 5, "max_length": 48}
+    assert config["attention_options"] == {"attention_window": 4}
+    assert model.max_length == 48
+    again = CausalLM.from_config(config)
+    assert again.get_config() == config
+
+
+def test_the_old_keywords_build_the_model_the_option_dicts_build():
+    keras.utils.set_random_seed(3)
+    old = build_causal_lm(
+        VOCAB,
+        hidden_dim=8,
+        num_heads=2,
+        num_layers=1,
+        position="t5",
+        max_length=16,
+        share_position_bias=True,
+    )
+    keras.utils.set_random_seed(3)
+    new = build_causal_lm(
+        VOCAB,
+        hidden_dim=8,
+        num_heads=2,
+        num_layers=1,
+        position="t5",
+        position_options={"max_length": 16, "share_position_bias": True},
+    )
+    assert old.get_config() == {**new.get_config(), "name": old.name}
+    x = np.arange(1, 13)[None] % VOCAB
+    np.testing.assert_allclose(np.asarray(old(x)), np.asarray(new(x)), atol=1e-6)
+    with pytest.raises(ValueError, match="`max_length` must be given once"):
+        build_causal_lm(VOCAB, max_length=8, position_options={"max_length": 8})
+    with pytest.raises(TypeError, match="unexpected keyword argument.*max_lenght"):
+        build_causal_lm(VOCAB, max_lenght=8)
 
 
 class NumpyOnly(samplers.Sampler):

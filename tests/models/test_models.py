@@ -197,3 +197,48 @@ def test_a_shared_bias_is_every_layer_adding_the_same_bias(position, grid):
     assert separate.count_params() - shared.count_params() == 2 * per_producer
     x = np.array([[4, 5, 6, 0, 0, 0], [3, 1, 4, 1, 5, 9]])
     np.testing.assert_allclose(shared(x).numpy(), separate(x).numpy(), atol=1e-5)
+
+
+def test_build_encoder_takes_the_option_dicts_and_the_old_keywords_alike():
+    keras.utils.set_random_seed(5)
+    old = models.build_encoder(
+        vocab_size=9,
+        hidden_dim=8,
+        num_heads=2,
+        num_layers=1,
+        position="dynamic_bias",
+        max_length=16,
+        grid_shape=(2, 4),
+        attention_window=4,
+        name="old",
+    )
+    keras.utils.set_random_seed(5)
+    new = models.build_encoder(
+        vocab_size=9,
+        hidden_dim=8,
+        num_heads=2,
+        num_layers=1,
+        position="dynamic_bias",
+        position_options={"max_length": 16, "grid_shape": (2, 4)},
+        attention_options={"attention_window": 4},
+        name="new",
+    )
+    x = np.arange(1, 9)[None]
+    np.testing.assert_allclose(np.asarray(old(x)), np.asarray(new(x)), atol=1e-6)
+    lsh = models.build_encoder(
+        vocab_size=9,
+        hidden_dim=8,
+        num_heads=2,
+        num_layers=1,
+        attention_options={"attention_type": "lsh", "bucket_size": 4},
+    )
+    attention = lsh.get_layer("attention_0")
+    assert (attention.attention_type, attention.bucket_size) == ("lsh", 4)
+    with pytest.raises(ValueError, match="`attention_window` must be given once"):
+        models.build_encoder(
+            vocab_size=9, attention_window=4, attention_options={"attention_window": 4}
+        )
+    with pytest.raises(TypeError, match="Unexpected keyword argument 'windw'"):
+        models.build_encoder(vocab_size=9, windw=4)
+    with pytest.raises(TypeError, match="`position_options` must be a dict"):
+        models.build_encoder(vocab_size=9, position_options=[("max_length", 4)])
