@@ -1,5 +1,6 @@
 """`python -m benchmarks [--quick] [--only NAME ...]` (names: `BENCHMARKS`)."""
 
+import keras_posenc  # noqa: F401, I001 (first: TensorFlow's start-up lines off)
 import argparse
 import time
 from types import SimpleNamespace

@@ -10,6 +10,7 @@ times decoding with and without the KV cache.
         [--length 64] [--steps 600] [--out lm_output] [--quick]
 """
 
+import keras_posenc  # noqa: F401, I001 (first: TensorFlow's start-up lines off)
 import argparse
 import os
 

@@ -11,6 +11,7 @@ interpreter, and written as a C array. Plots go to the output folder.
     python examples/digits_demo.py [--epochs 30] [--out demo_output] [--quick]
 """
 
+import keras_posenc  # noqa: F401, I001 (first: TensorFlow's start-up lines off)
 import argparse
 import pathlib
 import sys

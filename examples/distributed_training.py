@@ -6,6 +6,7 @@ model and splits each batch, as it would across two GPUs.
     python examples/distributed_training.py [--epochs 10] [--quick]
 """
 
+import keras_posenc  # noqa: F401, I001 (first: TensorFlow's start-up lines off)
 import argparse
 
 import tensorflow as tf

@@ -8,6 +8,7 @@ positions they never saw.
     python examples/length_extrapolation.py [--methods t5 alibi sinusoidal learned]
 """
 
+import keras_posenc  # noqa: F401, I001 (first: TensorFlow's start-up lines off)
 import argparse
 
 import tensorflow as tf

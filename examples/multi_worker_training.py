@@ -14,6 +14,7 @@ the same weights as one process training on the same global batches.
     python examples/multi_worker_training.py --out reference.npz
 """
 
+import keras_posenc  # noqa: F401, I001 (first: TensorFlow's start-up lines off)
 import argparse
 import json
 import os

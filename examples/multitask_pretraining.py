@@ -9,6 +9,7 @@ generators frozen for the first steps, then releases them gradually.
     python examples/multitask_pretraining.py [--epochs 3] [--quick]
 """
 
+import keras_posenc  # noqa: F401, I001 (first: TensorFlow's start-up lines off)
 import argparse
 
 import numpy as np

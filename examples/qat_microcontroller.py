@@ -12,6 +12,7 @@ imported, and calibrates the tensors TF-MOT leaves unranged with data.
         [--out qat_output] [--quick]
 """
 
+import keras_posenc  # noqa: F401, I001 (first: TensorFlow's start-up lines off)
 import argparse
 import os
 import pathlib

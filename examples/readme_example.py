@@ -1,5 +1,6 @@
 """The README's first example: train short, test long, export int8."""
 
+from keras_posenc import utils  # noqa: F401, I001 (first: TF's start-up lines off)
 import numpy as np
 import tensorflow as tf
 

@@ -8,6 +8,7 @@ padding masked (`mask_zero=True`).
     python examples/text_pydoc.py [--epochs 8] [--quick]
 """
 
+import keras_posenc  # noqa: F401, I001 (first: TensorFlow's start-up lines off)
 import argparse
 
 import numpy as np

@@ -7,6 +7,7 @@ The root holds the public layers and the role namespaces, as keras-hub's:
 `keras_posenc.utils` (`keras_posenc.viz` needs matplotlib: import it by name).
 """
 
+from keras_posenc import _startup  # noqa: F401, I001 (first: TF start-up lines off)
 from keras_posenc import (
     data,
     generation,
@@ -18,60 +19,14 @@ from keras_posenc import (
     utils,
 )
 from keras_posenc._compat import IS_KERAS_3
-from keras_posenc.layers import (
-    ActivationRange,
-    CombinedPositionInput,
-    ContextualPosition,
-    DynamicPositionBias,
-    FireBias,
-    ForgettingGate,
-    GatedPositionFusion,
-    HierarchicalPositionNetwork,
-    KerpleBias,
-    LayerNorm,
-    LearnedPositionEmbedding,
-    MeanPooling,
-    QuantizedAdd,
-    QuantizedDense,
-    RecursivePositionUpdate,
-    RelativeMultiHeadAttention,
-    RelativePositionBias,
-    RotaryEmbedding,
-    SegmentPositions,
-    SinusoidalPositionEncoding,
-    TokenEmbedding,
-    combined_attention_input,
-    gated_position_fusion,
-)
+from keras_posenc.layers import *  # noqa: F403 (its __all__: the one list)
 
 __version__ = "0.1.0"
 
 __all__ = [
     "IS_KERAS_3",
-    "ActivationRange",
-    "CombinedPositionInput",
-    "ContextualPosition",
-    "DynamicPositionBias",
-    "FireBias",
-    "ForgettingGate",
-    "GatedPositionFusion",
-    "HierarchicalPositionNetwork",
-    "KerpleBias",
-    "LayerNorm",
-    "LearnedPositionEmbedding",
-    "MeanPooling",
-    "QuantizedAdd",
-    "QuantizedDense",
-    "RecursivePositionUpdate",
-    "RelativeMultiHeadAttention",
-    "RelativePositionBias",
-    "RotaryEmbedding",
-    "SegmentPositions",
-    "SinusoidalPositionEncoding",
-    "TokenEmbedding",
-    "combined_attention_input",
+    *layers.__all__,  # the public layers, listed once (`keras_posenc.layers`)
     "data",
-    "gated_position_fusion",
     "generation",
     "layers",
     "models",

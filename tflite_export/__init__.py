@@ -4,6 +4,7 @@ Imports `keras_posenc`, never the reverse. TF-MOT is imported lazily by
 `quantize_aware` only (importing it switches a process to Keras 2).
 """
 
+import keras_posenc  # noqa: F401, I001 (first: TensorFlow's start-up lines off)
 from tflite_export.c_array import atomic_write, c_source, write_c_array
 from tflite_export.causal_lm import convert_causal_lm
 from tflite_export.contract import DeviceContract, device_contract

@@ -28,6 +28,7 @@ from tflite_export.convert import (
     ExportError,
     check_integer_ops,
     check_trained_ranges,
+    reading_saved_signatures,
     refuse_float_only_layers,
     save_for_converter,
 )
@@ -215,7 +216,10 @@ def convert_causal_lm(
             # multi-signature SavedModels as READ_VARIABLE ops otherwise.
             frozen = {key: freeze(function) for key, function in signatures.items()}
             save_for_converter(path, frozen)
-        converter = tf.lite.TFLiteConverter.from_saved_model(path, signature_keys=keys)
+        with reading_saved_signatures():
+            converter = tf.lite.TFLiteConverter.from_saved_model(
+                path, signature_keys=keys
+            )
         if mode == "int8":
             converter.optimizations = [tf.lite.Optimize.DEFAULT]
             if not trained_ranges:  # else the fake quantizers' ranges: no data
@@ -227,7 +231,11 @@ def convert_causal_lm(
             converter.inference_input_type = tf.int8
             converter.inference_output_type = tf.int8
         try:
-            with keras_posenc.ops.bounded_masking(), warnings.catch_warnings():
+            with (
+                keras_posenc.ops.bounded_masking(),
+                reading_saved_signatures(),
+                warnings.catch_warnings(),
+            ):
                 # The caches' ranges are their first fake quantizers'.
                 warnings.filterwarnings(
                     "ignore", "Statistics for quantized inputs were expected"

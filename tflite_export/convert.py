@@ -2,6 +2,7 @@
 
 import contextlib
 import io
+import logging
 import tempfile
 import warnings
 
@@ -105,7 +106,12 @@ def _convert(converter, mode, dtype, trained_ranges, data):
             converter.inference_input_type = io_type
         converter.inference_output_type = io_type
     try:  # the converter's prints kept off stdout
-        with keras_posenc.ops.bounded_masking(), _quiet(), warnings.catch_warnings():
+        with (
+            keras_posenc.ops.bounded_masking(),
+            _quiet(),
+            reading_saved_signatures(),
+            warnings.catch_warnings(),
+        ):
             # A float input's range is its first fake quantizer's: the
             # converter's call for `quantized_input_stats` does not apply.
             warnings.filterwarnings(
@@ -340,6 +346,34 @@ def frozen(function):
     return tf.function(named).get_concrete_function(*args, **kwargs)
 
 
+#: The converter's absl warnings that are not errors: the loader's note that
+#: `save_for_converter` left the gradients out (on purpose: the converter asks
+#: for none), and int32 token ids staying int32 in an int8 model.
+HARMLESS = (
+    "with ops with unsaved custom gradients",
+    "the `inference_input_type` attribute will default to the original type",
+)
+
+
+class _WithoutGradients(logging.Filter):
+    """Drops the `HARMLESS` warnings."""
+
+    def filter(self, record):
+        return not any(note in record.getMessage() for note in HARMLESS)
+
+
+@contextlib.contextmanager
+def reading_saved_signatures():
+    """Inside: the converter reads `save_for_converter`'s folder, quietly."""
+    absl = logging.getLogger("absl")
+    quiet = _WithoutGradients()
+    absl.addFilter(quiet)
+    try:
+        yield
+    finally:
+        absl.removeFilter(quiet)
+
+
 def save_for_converter(folder, signatures):
     """Save `signatures` to `folder` for `TFLiteConverter.from_saved_model`.
 
@@ -373,7 +407,8 @@ def _converter(static, shape, dtype, folder):
     check_trained_ranges(static, [traced])
     function = frozen(traced)
     save_for_converter(folder, function)
-    return tf.lite.TFLiteConverter.from_saved_model(folder)
+    with reading_saved_signatures():
+        return tf.lite.TFLiteConverter.from_saved_model(folder)
 
 
 #: Layers whose ops have no integer kernels, and why (`integer_blockers`).

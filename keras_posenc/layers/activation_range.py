@@ -12,8 +12,23 @@ from keras_posenc._compat import (
 from keras_posenc.ops import quantization
 
 
+class Momentum:
+    """The `momentum` argument of a layer whose ranges learn by a moving
+    average (`ActivationRange`, `QuantizedAdd`): checked, stored, configured."""
+
+    def __init__(self, momentum=0.99, **kwargs):
+        momentum = _checks.rate("momentum", momentum)
+        super().__init__(**kwargs)
+        self.momentum = momentum
+
+    def get_config(self):
+        config = super().get_config()
+        config.update({"momentum": self.momentum})
+        return config
+
+
 @register
-class ActivationRange(keras.layers.Layer):
+class ActivationRange(Momentum, keras.layers.Layer):
     """Rounds its input to the int8 grid of a range learned from the batches.
 
     In training the range is the first batch's own (widened to hold 0), then
@@ -50,9 +65,7 @@ class ActivationRange(keras.layers.Layer):
     """
 
     def __init__(self, momentum=0.99, **kwargs):
-        momentum = _checks.rate("momentum", momentum)
-        super().__init__(**kwargs)
-        self.momentum = momentum
+        super().__init__(momentum, **kwargs)
         self.supports_masking = True
         keep_float32_inputs(self)  # rounds in the dtype it is given
 
@@ -81,8 +94,3 @@ class ActivationRange(keras.layers.Layer):
 
     def compute_output_shape(self, input_shape):
         return tuple(input_shape)
-
-    def get_config(self):
-        config = super().get_config()
-        config.update({"momentum": self.momentum})
-        return config

@@ -1,12 +1,11 @@
 """An Add layer whose sum is rounded as int8 TFLite rounds it."""
 
-from keras_posenc import _checks
 from keras_posenc._compat import build_sublayer, keras, register
-from keras_posenc.layers.activation_range import ActivationRange
+from keras_posenc.layers.activation_range import ActivationRange, Momentum
 
 
 @register
-class QuantizedAdd(keras.layers.Add):
+class QuantizedAdd(Momentum, keras.layers.Add):
     """`keras.layers.Add` with its sum fake-quantized on a learned range.
 
     `tflite_export.quantize_aware` puts one in place of each `Add` (residual
@@ -35,9 +34,7 @@ class QuantizedAdd(keras.layers.Add):
     """
 
     def __init__(self, momentum=0.99, **kwargs):
-        momentum = _checks.rate("momentum", momentum)
-        super().__init__(**kwargs)
-        self.momentum = momentum
+        super().__init__(momentum, **kwargs)
         self.output_range = ActivationRange(
             momentum, name="output_range", dtype=self.dtype_policy
         )
@@ -48,8 +45,3 @@ class QuantizedAdd(keras.layers.Add):
 
     def call(self, inputs, training=None):
         return self.output_range(super().call(inputs), training=training)
-
-    def get_config(self):
-        config = super().get_config()
-        config.update({"momentum": self.momentum})
-        return config

@@ -187,17 +187,7 @@ if IS_KERAS_3:  # Checks of the converter on a trained or edited QAT graph: one
         pytest.importorskip("ai_edge_litert", reason="needs ai-edge-litert (LiteRT)")
         from keras_posenc.layers import relative_multi_head_attention as attention
 
-        keras.utils.set_random_seed(0)
-        model = models.build_classifier(
-            2,
-            vocab_size=10,
-            sequence_length=8,
-            hidden_dim=8,
-            num_heads=2,
-            num_layers=1,
-            attention_window=window,
-        )
-        qat = tflite_export.quantize_aware(model)
+        qat = tflite_export.quantize_aware(_small("t5", attention_window=window))
         qat(lookup_task(16, 0)[0][:, :8], training=True)  # ranges, no weight change
         # Complete, the same model converts (`t5` above).
         real = attention.rounder

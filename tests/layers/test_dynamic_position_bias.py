@@ -1,11 +1,9 @@
 import numpy as np
 import pytest
 import tensorflow as tf
-from layer_checks import check_layer
 
 from keras_posenc import (
     DynamicPositionBias,
-    RelativeMultiHeadAttention,
     RotaryEmbedding,
 )
 
@@ -17,32 +15,6 @@ def mlp_oracle(layer, distances):
         if i < len(layer.mlp) - 1:
             x = np.maximum(x, 0)
     return x
-
-
-def test_layer_checks(tmp_path):
-    x = np.random.normal(size=(2, 6, 4)).astype("float32")
-    check_layer(
-        lambda **kw: DynamicPositionBias(num_heads=3, **kw),
-        x,
-        tmp_path,
-        num_weights=2 * 3,  # hidden, hidden, output Dense
-        expected_output_shape=(1, 3, 6, 6),
-        fit=False,
-        passes_mask=False,
-    )
-
-
-def test_fits_inside_attention(tmp_path):
-    x = np.random.normal(size=(2, 6, 4)).astype("float32")
-    check_layer(
-        lambda **kw: RelativeMultiHeadAttention(
-            2, 4, position_bias=DynamicPositionBias(2), **kw
-        ),
-        [x, x],
-        tmp_path,
-        num_weights=2 * 4 + 2 * 3,  # q, k, v, output Dense + the bias MLP
-        expected_output_shape=(2, 6, 4),
-    )
 
 
 def test_bias_is_the_mlp_of_the_distance():

@@ -1,9 +1,8 @@
 import numpy as np
 import pytest
 import tensorflow as tf
-from layer_checks import check_layer
 
-from keras_posenc import KerpleBias, RelativeMultiHeadAttention
+from keras_posenc import KerpleBias
 
 
 def kerple_oracle(r1, r2, query_positions, key_positions, kernel):
@@ -24,35 +23,6 @@ def kerple_oracle(r1, r2, query_positions, key_positions, kernel):
 def set_parameters(layer, r1, r2):
     layer.r1.assign(np.asarray(r1, "float32"))
     layer.r2.assign(np.asarray(r2, "float32"))
-
-
-@pytest.mark.parametrize("kernel", ["log", "power"])
-def test_layer_checks(kernel, tmp_path):
-    x = np.random.normal(size=(2, 6, 4)).astype("float32")
-    check_layer(
-        lambda **kw: KerpleBias(num_heads=3, kernel=kernel, **kw),
-        x,
-        tmp_path,
-        num_weights=2,  # r1, r2
-        expected_output_shape=(1, 3, 6, 6),
-        fit=False,
-        passes_mask=False,
-    )
-
-
-def test_fits_inside_attention(tmp_path):
-    x = np.random.normal(size=(2, 6, 4)).astype("float32")
-    check_layer(
-        lambda **kw: RelativeMultiHeadAttention(
-            2, 4, position_bias=KerpleBias(2, bidirectional=False), **kw
-        ),
-        [x, x],
-        tmp_path,
-        num_weights=2 * 4 + 2,  # q, k, v, output Dense + r1, r2
-        expected_output_shape=(2, 6, 4),
-        call_kwargs={"use_causal_mask": True},
-        padding_invariant=False,  # causal: the padded last token reads all
-    )
 
 
 @pytest.mark.parametrize("bidirectional", [True, False])
