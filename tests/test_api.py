@@ -176,12 +176,27 @@ def _named(function):
 
 def test_public_signatures_are_twelve_parameters_at_most():
     """Functions, constructors and `generate` (calls mirror Keras' own)."""
+    found = {}
+    for obj in _public_objects():
+        if inspect.isclass(obj) and "__dataclass_fields__" not in vars(obj):
+            found[f"{obj.__qualname__}.__init__"] = len(_named(obj.__init__))
+            if inspect.isfunction(getattr(obj, "generate", None)):
+                found[f"{obj.__qualname__}.generate"] = len(_named(obj.generate))
+        elif inspect.isfunction(obj) and "." not in obj.__qualname__:
+            found[obj.__qualname__] = len(_named(obj))
+    wide = {name: n for name, n in found.items() if n > 12}
+    assert wide == WIDER
+    assert found["CausalLM.generate"] <= 12 and found["build_encoder"] <= 12
+
+
+def _public_objects():
+    """Public classes and functions of both packages, with their methods."""
     import importlib
     import pkgutil
 
     import tflite_export
 
-    found = {}
+    seen = {}
     for package in (keras_posenc, tflite_export):
         names = [package.__name__] + [
             m.name
@@ -195,12 +210,26 @@ def test_public_signatures_are_twelve_parameters_at_most():
                     or getattr(obj, "__module__", "") != module.__name__
                 ):
                     continue
-                if inspect.isfunction(obj):
-                    found[name] = len(_named(obj))
-                elif inspect.isclass(obj) and "__dataclass_fields__" not in vars(obj):
-                    found[f"{name}.__init__"] = len(_named(obj.__init__))
-                    if inspect.isfunction(getattr(obj, "generate", None)):
-                        found[f"{name}.generate"] = len(_named(obj.generate))
-    wide = {name: n for name, n in found.items() if n > 12}
-    assert wide == WIDER
-    assert found["CausalLM.generate"] <= 12 and found["build_encoder"] <= 12
+                seen[id(obj)] = obj
+                if inspect.isclass(obj):
+                    for key, method in vars(obj).items():
+                        if not key.startswith("_") and inspect.isfunction(method):
+                            seen[id(method)] = method
+    return list(seen.values())
+
+
+def test_every_argument_doc_is_three_lines_at_most():
+    long = []
+    for obj in _public_objects():
+        doc = inspect.getdoc(obj) or ""
+        if "Args:" not in doc:
+            continue
+        section = doc.split("Args:", 1)[1]
+        section = re.split(
+            r"\n(?:Call arguments|Returns|Example|References):", section
+        )[0]
+        for entry in re.split(r"\n    (?=[\w*][\w, *]*:)", "\n" + section):
+            lines = [line for line in entry.splitlines() if line.strip()]
+            if len(lines) > 3:
+                long.append(f"{obj.__qualname__}: {lines[0].strip()[:30]}")
+    assert long == []

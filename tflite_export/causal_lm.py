@@ -102,12 +102,9 @@ def convert_causal_lm(
 
     Args:
         model: a `CausalLM` (`keras_posenc.models.build_causal_lm`).
-        calibration_ids: int array `(N, L)` of real token sequences; each of
-            the first `CALIBRATION_SEQUENCES` is decoded to calibrate
-            activations and caches. None for a quantization-aware model
-            (`CausalLM(quantize=True)`, `tflite_export.quantize_aware`): its
-            ranges come from training (`mode="int8"` only), and every op
-            must come out integer, else an `ExportError` names the float ones.
+        calibration_ids: int array `(N, L)` of real token sequences (the
+            first `CALIBRATION_SEQUENCES` decoded to calibrate), or None for
+            a quantization-aware model (`mode="int8"`, trained ranges).
         mode: `"int8"` or `"float32"`.
         max_length: int, the cache length S (the longest prompt plus
             generated text). Defaults to `64`; must be None with `streaming`

@@ -49,10 +49,8 @@ def convert(model, representative_data, mode="int8", sequence_length=None):
     Args:
         model: a `keras.Model` with one input (float or QAT).
         representative_data: array `(N, T)` of token ids or `(N, T, F)` of
-            features, used to calibrate activation ranges; None for a model
-            of `quantize_aware` (its ranges come from training, and the
-            converter needs no data: `mode="int8"` only, and every op must
-            come out integer, else an `ExportError` names the float ones).
+            features to calibrate ranges, or None for a model of
+            `quantize_aware` (`mode="int8"`, trained ranges).
         mode: one of `MODES`.
         sequence_length: int or None, the fixed T.
 

@@ -39,10 +39,9 @@ def generate_tflite(
             (`convert_causal_lm(streaming=...)`).
         runtime: `"litert"` or `"tflm"` (run in a subprocess, which an
             unsupported op cannot take down with the caller).
-        sampling: a `keras_posenc.generation.Sampling`, as
-            `CausalLM.generate` takes it (for `runtime="tflm"` a `Sampler`
-            instance crosses to the child process by
-            `keras_posenc.samplers.serialize`: its class must be importable).
+        sampling: a `keras_posenc.generation.Sampling`, as `generate` takes
+            it (with TFLM, a `Sampler`'s class must be importable: it crosses
+            to a child process).
         **keywords: the old sampling keywords (`sampler=`, `seed=`, ...).
 
     Returns:

@@ -39,10 +39,9 @@ class ContextualPosition(keras.layers.Layer):
             `npos_max - 1`). Defaults to `16`.
         initializer: str or initializer, for the embeddings.
             Defaults to `"truncated_normal"`.
-        bidirectional: bool, count on both sides of the query (in encoders,
-            keys after the query get their own `max_position + 1`
-            embeddings). Defaults to `False` (the paper's causal count; a
-            model saved before this argument existed loads as it was).
+        bidirectional: bool, count on both sides of the query (encoders:
+            later keys get their own embeddings). Defaults to `False` (the
+            paper's causal count).
 
     Call arguments:
         queries: `(B, T, N, H)` scaled query heads (heads-last).

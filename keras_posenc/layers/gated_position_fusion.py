@@ -33,12 +33,9 @@ class GatedPositionFusion(keras.layers.Layer):
         causal: bool, the relative term averages over the keys `j <= i` only
             (causal language models: no position sees a later one).
             Defaults to `False` (all `S` keys).
-        quantize: bool, round the fused encoding on a range learned in
-            training, for quantization-aware training. Without a Keras mask
-            or `segment_ids` the encoding depends on the positions alone and
-            int8 TFLite holds it as one int8 constant (a decoding step: its
-            rows); the mean over a mask's real keys is computed at run time
-            and is refused. Defaults to False.
+        quantize: bool, round the fused encoding on a learned range (QAT;
+            int8 TFLite holds it as a constant), without a Keras mask or
+            `segment_ids`. Defaults to False.
 
     Call arguments:
         abs_pos: tensor `(B, T, D)`, absolute position encoding.

@@ -21,9 +21,8 @@ class LearnedPositionEmbedding(keras.layers.Layer):
         max_length: int, the number of positions K in the table.
         initializer: str or initializer, for the table.
             Defaults to `"glorot_uniform"`.
-        quantize: bool, read the rows of the table rounded to int8
-            (symmetric, per tensor), for quantization-aware training: every
-            slice or gather of it, at any length or start, on one grid.
+        quantize: bool, read the table's rows rounded to int8 (symmetric,
+            one grid for every slice), for quantization-aware training.
             Defaults to False.
 
     Call arguments:

@@ -50,13 +50,9 @@ class RecursivePositionUpdate(keras.layers.Layer):
         epsilon: float, the LayerNorm epsilon. Defaults to `1e-5`.
         attention_window: int, block-local window of both attentions (see
             `RelativeMultiHeadAttention`). Defaults to `None` (dense).
-        quantize: bool or `"cache"`, fake-quantize what int8 TFLite rounds, for
-            quantization-aware training: both attentions
-            (`RelativeMultiHeadAttention(quantize=True)`), the feed-forward
-            (`QuantizedDense`), the two sums and the layer norm. `"cache"`
-            also rounds both attentions' keys and values on the int8 cache's
-            one range (causal language models: the attention's `quantize="cache"`).
-            Defaults to False.
+        quantize: False, True (fake-quantize what int8 TFLite rounds: both
+            attentions, the feed-forward, the sums and the norm) or `"cache"`
+            (the attentions' caches too, for causal LMs). Defaults to False.
 
     Call arguments:
         inputs: tensor `(B, T, D)`.

@@ -103,11 +103,9 @@ class RelativeMultiHeadAttention(
             values, as a decoding export's int8 cache). Defaults to `False`.
         contextual_position: a `ContextualPosition` (CoPE), a term computed
             from the scaled queries and the logits. Defaults to `None`.
-        attention_options: dict, the attention concern, as the builders take
-            it: `attention_window` (int W: block-local self-attention),
-            `attention_type` (`"dense"` or `"lsh"`) and LSH's `num_hashes`
-            (2), `bucket_size` (64), `hash_seed` (0); each is also taken as a
-            keyword (`attention_window=8`). Defaults to `None` (dense).
+        attention_options: dict of `attention_window` (block-local W),
+            `attention_type` (`"dense"`, `"lsh"`) and LSH's `num_hashes`,
+            `bucket_size`, `hash_seed`; each also a keyword. Defaults to `None`.
 
     Call arguments:
         query: tensor `(B, T, Dq)`.

@@ -56,10 +56,9 @@ class RotaryEmbedding(keras.layers.Layer):
         rope_parameters: dict, the type's other parameters (`beta_fast`,
             `beta_slow`, `attention_factor`, `truncate`, `low_freq_factor`,
             `high_freq_factor`, `short_factor`, `long_factor`). Defaults to `None`.
-        xpos_scale_base: float, xPos' scale base (e.g. 512); None turns xPos
-            off. Its scales leave float32 past `max_position` (about 64 x
-            the base): positions from there are refused where they are known
-            (eager calls, `generate`, exports). Defaults to `None`.
+        xpos_scale_base: float, xPos' scale base (e.g. 512), or None (off);
+            positions past `max_position` (~64x the base, where the scales
+            leave float32) are refused. Defaults to `None`.
         coordinate_dim: int, C coordinates per position. Defaults to `1`.
         grid_shape: tuple of C ints, a row-major grid of flat token indices.
             Defaults to `None`.

@@ -52,34 +52,18 @@ class CausalLM(SegmentIdsCheck, Generating, keras.Model):
         dropout: float, every dropout rate (attention weights, feed-forward
             outputs). Defaults to `0.0`.
         position: str, one of `POSITION_METHODS`. Defaults to `"rope"`.
-        position_options: dict, the position concern as in `build_encoder`
-            (the method's options, `max_length`: the longest text `"learned"`
-            can read or generate, 512; `share_position_bias`); options that
-            would look ahead (`bidirectional=True`) are refused. Defaults to
-            `None`.
+        position_options: dict, as in `build_encoder` (`max_length`: the
+            longest text `"learned"` reads or generates; look-ahead options
+            refused). Defaults to `None`.
         attention_options: dict, the attention concern: `attention_window`
             (block-local causal attention; generation keeps the band).
             Defaults to `None`.
         quantize: bool, quantization-aware training: every tensor the int8
-            decoding export rounds (the embedding table, the projections and
-            the head, every norm, residual sum and attention step, and the
-            caches, keys and values on one range) passes a fake quantizer
-            with a range learned in training, so
-            `tflite_export.convert_causal_lm(model, None)` converts it without
-            calibration data, and cached decoding still equals a recompute.
-            For the methods in `keras_posenc.models.methods.QUANTIZED_METHODS`,
-            dense or block-local; `tflite_export.quantize_aware(model)` makes
-            one from a trained float model. Defaults to `False`.
-        packed: bool, the model takes packed training rows
-            `{"token_ids": (B, T), "segment_ids": (B, T)}` (keras-hub's
-            dict inputs): documents are contiguous runs of one segment id
-            (0 is padding), every position restarts at 0 in each document
-            and attention stays inside it, so each document gets the logits
-            it gets alone (`keras_posenc.data.language_modeling.pack` makes
-            such rows). With `attention_window`, documents that start at a
-            multiple of the window (`pack(..., align=W)`) get exactly their
-            own band. `generate`, `score` and the exports run one document
-            per row, as an unpacked model. Defaults to `False`.
+            decoding export rounds, caches included, on learned ranges
+            (`QUANTIZED_METHODS`; `tflite_export.quantize_aware`). Defaults to `False`.
+        packed: bool, train on packed rows `{"token_ids", "segment_ids"}`
+            (`language_modeling.pack`): each document reads as alone
+            (`docs/language_models.md`). Defaults to `False`.
         **kwargs: `name` (default `"causal_lm"`), `trainable`, and the old
             keywords (`max_length`, `attention_window`,
             `share_position_bias`), forwarded into the option dicts.

@@ -60,23 +60,16 @@ def build_encoder(
             Defaults to `64`.
         num_layers: int, the number of Transformer layers. Defaults to `2`.
         num_heads: int, attention heads N. Defaults to `4`.
-        dropout: float, the rate of every dropout in the model, the same for
-            every method: on the attention weights of every attention (the
-            recursive blocks' two included) and on each feed-forward output
-            before its residual sum. Defaults to `0.0`.
+        dropout: float, every dropout rate (attention weights, feed-forward
+            outputs before their residual sums). Defaults to `0.0`.
         position: str, one of `POSITION_METHODS` (the rows of
             `keras_posenc.models.methods.METHODS`). Defaults to `"t5"`.
-        position_options: dict, the position concern: the method's layers'
-            options (`METHODS[position].options` lists them, e.g.
-            `{"num_buckets": 64}` for `"t5"`), `max_length` (the table size
-            of `"learned"`, the clipping of `"clipped"`/`"gated"`; 512),
-            `grid_shape` (a flattened `(rows, cols)` grid) and
-            `share_position_bias` (one bias for every attention). Defaults
-            to `None`.
-        attention_options: dict, the attention concern: `attention_window`
-            (block-local, linear in T), `attention_type` (`"dense"` or
-            `"lsh"`, for `LSH_METHODS`) and LSH's `num_hashes`,
-            `bucket_size`, `hash_seed`. Defaults to `None` (dense).
+        position_options: dict of the method's layers' options
+            (`METHODS[position].options`), `max_length` (512), `grid_shape`
+            and `share_position_bias` (`docs/layers.md`). Defaults to `None`.
+        attention_options: dict of `attention_window`, `attention_type`
+            and LSH's options, as the attention takes it
+            (`docs/attention.md`). Defaults to `None` (dense).
         mask_zero: bool, token 0 is padding (a Keras mask). Defaults to `False`.
         packed: bool, the model takes packed rows `{"token_ids",
             "segment_ids"}` (with `vocab_size`, without a grid): each

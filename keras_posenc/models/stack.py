@@ -53,15 +53,11 @@ class TransformerStack:
         num_layers: int, the number of blocks L.
         num_heads: int, the attention heads N.
         dropout: float, every dropout rate of the stack.
-        position_options: dict or None, the position concern: options of the
-            method's layers, and `max_length` (the table size of `"learned"`,
-            the default clipping of `"clipped"` / `"gated"`; 512),
-            `grid_shape` (a flattened 2-D input) and `share_position_bias`
-            (one bias producer for every attention).
-        attention_options: dict or None, the attention concern:
-            `attention_window` (block-local), `attention_type` (`"dense"` or
-            `"lsh"`, for `LSH_METHODS` in encoders) and LSH's `num_hashes`,
-            `bucket_size`, `hash_seed`.
+        position_options: dict or None, as `build_encoder` takes it (the
+            method's options, `max_length`, `grid_shape`,
+            `share_position_bias`).
+        attention_options: dict or None, as the attention takes it
+            (`attention_window`, `attention_type`, LSH's options).
         causal: bool, no position reads a later one (decoders).
         quantize: bool, every layer fake-quantizes what int8 TFLite rounds
             (quantization-aware training), caches too in a causal stack. For

@@ -106,10 +106,9 @@ def lsh_attention(
         causal: bool, hide keys at later positions than the query.
         runs: int `(B, T)` or None, the documents of packed rows
             (`ops.segments.runs`): hide keys of another run.
-        pair_bias: None or a function of the int32 token indices of each
-            chunk's queries `(B, N, R, nc, C)` and keys `(B, N, R, nc, 2C)`
-            (clipped to `0 .. T-1`) returning a float32 bias broadcastable
-            to `(B, N, R, nc, C, 2C)`.
+        pair_bias: None, or a function of the chunks' query and key token
+            indices `(B, N, R, nc, C)`, `(B, N, R, nc, 2C)` returning a float32
+            bias broadcastable to `(B, N, R, nc, C, 2C)`.
         dropout: None or a function applied to the attention weights.
     """
     query, key, value = (tf.convert_to_tensor(x) for x in (query, key, value))

@@ -61,21 +61,9 @@ def quantize_model(model):
     """A quantization-aware copy of `model`, with its weights.
 
     Args:
-        model: a `keras_posenc.models.CausalLM` of one of `QUANTIZED_METHODS`,
-            dense or block-local (its copy is a `CausalLM(quantize=True)`,
-            caches rounded too), or a functional `keras.Model`
-            built from `TokenEmbedding`, `SinusoidalPositionEncoding`,
-            `LearnedPositionEmbedding`, `GatedPositionFusion` (no mask),
-            `CombinedPositionInput`, `HierarchicalPositionNetwork`,
-            `RecursivePositionUpdate`,
-            `RelativeMultiHeadAttention` (dense or
-            block-local; RoPE of 1-D positions on every feature, or none),
-            `LayerNorm`, `MeanPooling`, `Dense`, `Add` and `Dropout` layers,
-            as `keras_posenc.models.build_classifier` builds them for the
-            methods in `QUANTIZED_METHODS`. A float input
-            (features) must be read by `Dense` layers only, which then round
-            it on a learned range too, as `build_encoder(input_dim=...)`
-            builds it.
+        model: a float `CausalLM` or functional `keras.Model` of the layers
+            whose rounding is modelled (`ROUNDING_LAYERS`, `REPLACED`,
+            `PASS_THROUGH`), as the builders make them for `QUANTIZED_METHODS`.
 
     Returns:
         A `keras.Model` with the same inputs, outputs and float weights, whose
