@@ -39,7 +39,7 @@ class ContextualPosition(keras.layers.Layer):
             `npos_max - 1`). Defaults to `16`.
         initializer: str or initializer, for the embeddings.
             Defaults to `"truncated_normal"`.
-        bidirectional: bool, count on both sides of the query (encoders:
+        bidirectional: bool, count on both sides of the query (in encoders,
             later keys get their own embeddings). Defaults to `False` (the
             paper's causal count).
 

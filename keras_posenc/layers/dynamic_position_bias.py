@@ -34,9 +34,9 @@ class DynamicPositionBias(BiasLayer):
             Defaults to `True`.
         coordinate_dim: int, the size C of each position coordinate (1 for
             token indices, 2 for an image grid). Defaults to `1`.
-        grid_shape: tuple of `coordinate_dim` ints, e.g. `(rows, cols)`:
-            tokens sit at row-major grid coordinates (explicit `positions`
-            are then flat indices). Defaults to `None`.
+        grid_shape: tuple of `coordinate_dim` ints, e.g. `(rows, cols)`, the
+            row-major grid the tokens sit on (explicit `positions` are then
+            flat indices). Defaults to `None`.
         kernel_initializer: str or initializer, for the MLP kernels.
             Defaults to `"glorot_uniform"`.
 
