@@ -304,15 +304,19 @@ class Generating:
                 sampler,
             )
         if _checks.boolean("compiled_loop", compiled_loop):
+            # One trace per batch size and prompt-length bucket, whatever
+            # max_new_tokens: the loop's width, draws and stop list are
+            # padded to sizes that do not move with it (`_loop.capacity`).
+            width = _loop.capacity(total, self.max_length, use_cache, rolling)
             decode = self.compiled_loop(
-                batch, total, use_cache, jit_compile, sampler, rolling
+                batch, width, use_cache, jit_compile, sampler, rolling
             )
-            draws = options["max_new_tokens"] if sampler.uses_uniforms else 1
+            draws = width if sampler.uses_uniforms else 1
             uniforms = _loop.uniforms(options["seed"], range(batch), draws)
-            start = int(lengths.min())
+            start = _loop.prefix_length(int(lengths.min()))
             if rolling is not None:  # the prefill fills the cache at most
                 start = min(start, rolling[1])
-            out = np.full((batch, total), options["pad_token_id"], np.int32)
+            out = np.full((batch, width), options["pad_token_id"], np.int32)
             out[:, : prompts.shape[1]] = prompts
             tokens = decode(
                 tf.constant(prompts[:, :start]),
@@ -320,10 +324,10 @@ class Generating:
                 tf.constant(lengths),
                 tf.constant(options["max_new_tokens"]),
                 tf.constant(uniforms, tf.float64),
-                tf.constant(np.array(options["stop_token_ids"], np.int32).reshape(-1)),
+                tf.constant(_loop.stop_list(options["stop_token_ids"])),
                 tf.constant(options["pad_token_id"]),
             )
-            return tokens.numpy()
+            return tokens.numpy()[:, :total]
         prefill, step = _steps.decoding_steps(
             self, batch, total, use_cache, jit_compile
         )

@@ -203,6 +203,35 @@ def _once_read(caches, result):
         return [tf.identity(cache) for cache in caches]
 
 
+#: The smallest loop width and stop list (`capacity`, `stop_list`).
+SMALLEST_WIDTH, STOP_SLOTS = 16, 8
+
+
+def capacity(total, max_length, use_cache, rolling):
+    """The compiled loop's width for `total` slots: the model's `max_length`
+    when a plain cache holds them (so any `max_new_tokens` reuses one trace),
+    else the next power of two (the recompute path's buffer, a rolling
+    cache's output), at least `SMALLEST_WIDTH`."""
+    if use_cache and rolling is None and total <= max_length:
+        return max_length
+    return max(SMALLEST_WIDTH, 1 << (int(total) - 1).bit_length())
+
+
+def prefix_length(shortest):
+    """The prefill's length: the largest power of two <= the shortest prompt
+    (its other tokens go through the loop, as a longer row's do), so prompts
+    of lengths in one bucket share a trace."""
+    return 1 << (int(shortest).bit_length() - 1)
+
+
+def stop_list(stop_token_ids):
+    """int32 `(K,)` stop ids padded with -1 (never a token) to a multiple of
+    `STOP_SLOTS`, so their number does not change the trace."""
+    stops = list(stop_token_ids)
+    size = max(STOP_SLOTS, -(-len(stops) // STOP_SLOTS) * STOP_SLOTS)
+    return np.array(stops + [-1] * (size - len(stops)), np.int32)
+
+
 def phase_widths(total, phases=4, smallest=32):
     """The read bounds of the compiled loop's XLA phases, ending at `total`.
 

@@ -141,11 +141,27 @@ def test_greedy_generation_equals_argmax_of_full_logits():
 
 
 def test_the_loop_and_the_step_are_traced_once_and_reused():
+    """One trace of the compiled loop per batch size and prompt-length
+    bucket (powers of two), whatever `max_new_tokens`: the loop is as wide
+    as the model's cache (`max_length`, 48 here)."""
     model = small("rope", num_layers=1)
     model.generate([[1, 2, 3]], max_new_tokens=20)
-    model.generate([[4, 5, 6, 1]], max_new_tokens=19)  # another prompt length
-    decode = model.compiled_loop(1, 23)
-    assert decode.experimental_get_tracing_count() == 1
+    model.generate([[4, 5, 6, 1, 2]], max_new_tokens=19)  # another bucket (4)
+    decode = model.compiled_loop(1, 48)
+    traced = decode.experimental_get_tracing_count()
+    assert 1 <= traced <= 2  # one per bucket at most
+    for new in (11, 44, 3):  # other widths, stop lists and draw counts
+        model.generate([[1, 2, 3]], max_new_tokens=new, stop_token_ids=[new])
+        model.generate([[4, 5, 6, 1, 2]], max_new_tokens=new, stop_token_ids=[1, 2])
+    assert decode.experimental_get_tracing_count() == traced
+    again = model.generate(
+        [[4, 5, 6, 1, 2]], max_new_tokens=9, sampler="random", seed=1
+    )
+    steps = model.generate(
+        [[4, 5, 6, 1, 2]], 9, compiled_loop=False, sampler="random", seed=1
+    )
+    np.testing.assert_array_equal(again, steps)  # a wider loop, the same tokens
+    assert again.shape == (1, 14)
     model.generate([[1, 2, 3]], max_new_tokens=20, compiled_loop=False)
     model.generate([[4, 5, 6]], max_new_tokens=20, compiled_loop=False)
     _, step = model.compiled_steps(1, 23)
