@@ -22,15 +22,22 @@ VERBOSE_VARIABLE = "KERAS_POSENC_VERBOSE"
 
 @contextlib.contextmanager
 def silenced_stderr():
-    """The process' file descriptor 2 on /dev/null inside the block."""
-    sys.stderr.flush()
-    saved = os.dup(2)
+    """The process' file descriptor 2 on /dev/null inside the block (left
+    as it is where there is no descriptor 2 to save)."""
+    if sys.stderr is not None:
+        sys.stderr.flush()
+    try:
+        saved = os.dup(2)
+    except OSError:  # no standard error at all: nothing to silence
+        yield
+        return
     try:
         with open(os.devnull, "w") as null:
             os.dup2(null.fileno(), 2)
         yield
     finally:
-        sys.stderr.flush()
+        if sys.stderr is not None:
+            sys.stderr.flush()
         os.dup2(saved, 2)
         os.close(saved)
 

@@ -46,3 +46,14 @@ def test_a_conversion_prints_none_of_the_converters_harmless_notes():
     assert run.returncode == 0 and run.stdout.strip().endswith("converted"), run.stderr
     for note in ("unsaved custom gradients", "inference_input_type", *START_UP):
         assert note not in run.stderr, run.stderr
+
+
+def test_the_package_imports_with_no_standard_error_at_all():
+    # A daemon may start with descriptor 2 closed: nothing to save or silence.
+    run = subprocess.run(
+        ["bash", "-c", f'"{sys.executable}" -c "import keras_posenc; print(7)" 2>&-'],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 0 and run.stdout.strip() == "7", run
