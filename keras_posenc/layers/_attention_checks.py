@@ -39,26 +39,26 @@ ATTENTION_KEYS = ("attention_window", "attention_type", *LSH_OPTIONS)
 LSH_FIELDS = ("attention_window", "attention_type", *LSH_OPTIONS)
 
 
-def check_arguments(
-    overrides_attention,
-    kwargs,
-    num_heads,
-    key_dim,
-    value_dim,
-    output_dim,
-    dropout,
-    use_bias,
-    position_bias,
-    rotary,
-    quantize,
-    contextual_position,
-    attention_options,
-):
+def check_arguments(overrides_attention, kwargs, arguments):
     """`{name: checked value}` of the layer's arguments, and the attention
     options as attributes (`attention_window`, `attention_type`, LSH's
     `num_hashes`, `bucket_size`, `hash_seed`); the old keywords
     (`attention_window=`, ..., `quantize_cache=`) are taken out of `kwargs`.
-    `overrides_attention`: the class overrides `compute_attention`."""
+    `overrides_attention`: the class overrides `compute_attention`;
+    `arguments`: `{name: value}` of the constructor's `ARGUMENTS`."""
+    (
+        num_heads,
+        key_dim,
+        value_dim,
+        output_dim,
+        dropout,
+        use_bias,
+        position_bias,
+        rotary,
+        quantize,
+        contextual_position,
+        attention_options,
+    ) = (arguments[name] for name in ARGUMENTS)
     # The old keywords, forwarded into their one home.
     if attention_options is not None and not isinstance(attention_options, dict):
         raise TypeError(

@@ -166,7 +166,7 @@ class RelativeMultiHeadAttention(
             type(self).compute_attention
             is not RelativeMultiHeadAttention.compute_attention,
             kwargs,
-            **{name: given[name] for name in ARGUMENTS},
+            {name: given[name] for name in ARGUMENTS},
         )
         super().__init__(**kwargs)
         for name, value in checked.items():  # every argument under its own name

@@ -10,12 +10,11 @@ from keras_posenc.layers.quantized_dense import QuantizedDense
 from keras_posenc.layers.rotary_embedding import RotaryEmbedding
 from keras_posenc.layers.token_embedding import TokenEmbedding
 from keras_posenc.models._generating import MAX_COMPILED_STEPS, Generating
+from keras_posenc.models.options import DEFAULT_MAX_LENGTH, grouped_options
 from keras_posenc.models.packed import SegmentIdsCheck
 from keras_posenc.models.stack import (
-    DEFAULT_MAX_LENGTH,
     TransformerStack,
     check_sequence_length,
-    grouped_options,
     packed_inputs,
 )
 from keras_posenc.utils import nested_layers

@@ -10,12 +10,11 @@ from keras_posenc._compat import keras
 from keras_posenc.layers.mean_pooling import MeanPooling
 from keras_posenc.layers.token_embedding import TokenEmbedding
 from keras_posenc.models.methods import METHODS
+from keras_posenc.models.options import DEFAULT_MAX_LENGTH, grouped_options
 from keras_posenc.models.packed import PackedModel
 from keras_posenc.models.stack import (
-    DEFAULT_MAX_LENGTH,
     TransformerStack,
     check_sequence_length,
-    grouped_options,
     packed_inputs,
 )
 
