@@ -18,6 +18,7 @@ from tflite_export.convert import (
 )
 from tflite_export.firmware import smallest_arena
 from tflite_export.generate import generate_tflite
+from tflite_export.litert_lm import LITERT_LM_MODES, convert_litert_lm
 from tflite_export.qat import QuantizationError, quantize_aware, quantize_scope
 from tflite_export.verify import Report, dequantize, quantize, verify
 from tflite_export.verify_causal_lm import LMReport, verify_causal_lm
@@ -26,6 +27,7 @@ __all__ = [
     "DeviceContract",
     "MODES",
     "ExportError",
+    "LITERT_LM_MODES",
     "LMReport",
     "QuantizationError",
     "Report",
@@ -33,6 +35,7 @@ __all__ = [
     "c_source",
     "convert",
     "convert_causal_lm",
+    "convert_litert_lm",
     "dequantize",
     "device_contract",
     "generate_tflite",

@@ -10,7 +10,6 @@ in and out). `generate_tflite` decodes with either interpreter.
 
 import os
 import tempfile
-import warnings
 
 import numpy as np
 import tensorflow as tf
@@ -30,6 +29,7 @@ from tflite_export.convert import (
     check_trained_ranges,
     reading_saved_signatures,
     refuse_float_only_layers,
+    run_converter,
     save_for_converter,
 )
 from tflite_export.convert import frozen as freeze
@@ -152,24 +152,7 @@ def convert_causal_lm(
         raise ValueError(
             f"`max_length` must be an int >= 2. Received: max_length={max_length!r}"
         )
-    limit = model.max_length
-    if model.position == "learned" and max_length > limit:
-        raise ValueError(
-            f"`max_length` must be <= the model's max_length={limit} for "
-            f"position='learned'. Received: max_length={max_length}"
-        )
-    for layer in nested_layers(model):
-        limit = (
-            getattr(layer, "max_position", None)
-            if isinstance(layer, RotaryEmbedding)
-            else None
-        )
-        if limit is not None and max_length > limit:
-            raise ValueError(
-                f"`max_length` must be at most {limit} for {layer.name}: xPos "
-                f"(xpos_scale_base={layer.xpos_scale_base}) scales leave float32 "
-                f"past it. Received: max_length={max_length}"
-            )
+    check_cache_length(model, max_length)
     if target == "tflm":
         for layer in nested_layers(model):
             if isinstance(layer, RotaryEmbedding) and _runtime_exponential(layer):
@@ -227,21 +210,7 @@ def convert_causal_lm(
                 converter.target_spec.supported_ops = ops
             converter.inference_input_type = tf.int8
             converter.inference_output_type = tf.int8
-        try:
-            with (
-                keras_posenc.ops.bounded_masking(),
-                reading_saved_signatures(),
-                warnings.catch_warnings(),
-            ):
-                # The caches' ranges are their first fake quantizers'.
-                warnings.filterwarnings(
-                    "ignore", "Statistics for quantized inputs were expected"
-                )
-                model_bytes = converter.convert()
-        except Exception as error:  # the converter raises many private types
-            raise ExportError(
-                f"TFLite conversion failed in mode={mode!r}: {error}"
-            ) from error
+        model_bytes = run_converter(converter, mode)
     if trained_ranges:  # the cache writes the converter left float
         model_bytes = integer_update_slices(model_bytes)
     model_bytes = name_tensors(model_bytes)
@@ -252,6 +221,31 @@ def convert_causal_lm(
     if trained_ranges:
         check_integer_ops(model_bytes)
     return model_bytes
+
+
+def check_cache_length(model, length, name="max_length"):
+    """Refuses a cache of `length` slots the model's tables cannot reach.
+
+    `name` is the argument (or expression) the length came from.
+    """
+    limit = model.max_length
+    if model.position == "learned" and length > limit:
+        raise ValueError(
+            f"`{name}` must be <= the model's max_length={limit} for "
+            f"position='learned'. Received: {name}={length}"
+        )
+    for layer in nested_layers(model):
+        limit = (
+            getattr(layer, "max_position", None)
+            if isinstance(layer, RotaryEmbedding)
+            else None
+        )
+        if limit is not None and length > limit:
+            raise ValueError(
+                f"`{name}` must be at most {limit} for {layer.name}: xPos "
+                f"(xpos_scale_base={layer.xpos_scale_base}) scales leave float32 "
+                f"past it. Received: {name}={length}"
+            )
 
 
 def _runtime_exponential(rotary):

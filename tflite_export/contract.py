@@ -96,8 +96,8 @@ class DeviceContract:
 
     @property
     def cache_length(self):
-        """S: the slots of a key/value cache `(1, 2, S, N, H)`."""
-        keys = [p for p in self.inputs if p.name in self.caches and len(p.shape) == 5]
+        """S: the slots of a key or value cache `(1, N, S, H)`."""
+        keys = [p for p in self.inputs if p.name in self.caches and len(p.shape) == 4]
         return int((keys or [self.input_port("cache_0")])[0].shape[2])
 
     @property

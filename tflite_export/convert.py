@@ -103,22 +103,7 @@ def _convert(converter, mode, dtype, trained_ranges, data):
         if np.dtype(dtype).kind == "f":  # integer token ids stay int32
             converter.inference_input_type = io_type
         converter.inference_output_type = io_type
-    try:  # the converter's prints kept off stdout
-        with (
-            keras_posenc.ops.bounded_masking(),
-            _quiet(),
-            reading_saved_signatures(),
-            warnings.catch_warnings(),
-        ):
-            # A float input's range is its first fake quantizer's: the
-            # converter's call for `quantized_input_stats` does not apply.
-            warnings.filterwarnings(
-                "ignore", "Statistics for quantized inputs were expected"
-            )
-            model_bytes = converter.convert()
-    except Exception as error:  # the converter raises many private types
-        message = f"TFLite conversion failed in mode={mode!r}: {error}"
-        raise ExportError(message) from error
+    model_bytes = run_converter(converter, mode)
     # The converter lists a multi-output model's outputs as it likes: Keras'
     # order (output_0, output_1, ..), so a firmware's output 0 is the first.
     model_bytes = name_tensors(model_bytes)
@@ -488,6 +473,26 @@ def microcontroller_blockers(model):
                 )
             )
     return blockers
+
+
+def run_converter(converter, mode):
+    """`converter.convert()`, quietly; its failure an `ExportError` naming `mode`."""
+    try:  # the converter's prints kept off stdout
+        with (
+            keras_posenc.ops.bounded_masking(),
+            _quiet(),
+            reading_saved_signatures(),
+            warnings.catch_warnings(),
+        ):
+            # A float input's range is its first fake quantizer's: the
+            # converter's call for `quantized_input_stats` does not apply.
+            warnings.filterwarnings(
+                "ignore", "Statistics for quantized inputs were expected"
+            )
+            return converter.convert()
+    except Exception as error:  # the converter raises many private types
+        message = f"TFLite conversion failed in mode={mode!r}: {error}"
+        raise ExportError(message) from error
 
 
 def _quiet():

@@ -4,11 +4,17 @@ In quantization-aware mode the TFLite converter has no quantization rule for
 DYNAMIC_UPDATE_SLICE (the KV-cache write of a decoding step): it dequantizes
 the int8 cache and the int8 new keys and values, writes in float32 and
 quantizes the result again. The write moves values and computes nothing, and
-the training put all three tensors on one range (the cache's), so the int8
-kernel that calibrated exports use gives the same bytes. `integer_update_slices`
-rewires each such island to it: the DEQUANTIZE inputs feed the write, the
-write produces the QUANTIZE output, and the three conversion ops go.
+the training put the old and the updated cache on one range (the cache's), so
+the int8 kernel that calibrated exports use gives the same bytes.
+`integer_update_slices` rewires each such island to it: the DEQUANTIZE inputs
+feed the write, the write produces the QUANTIZE output, and the conversion
+ops go. New rows on a range of their own (the converter merges the cache's
+quantizer into the one before it, the rotation's or the projection's) reach
+the write through an int8 -> int8 QUANTIZE onto the cache's range: the
+requantization the float island did.
 """
+
+import copy
 
 import numpy as np
 
@@ -45,7 +51,7 @@ def integer_update_slices(model_bytes):
         for op in graph.operators:
             for tensor in op.inputs:
                 readers.setdefault(tensor, []).append(op)
-        drop = []
+        drop, added = [], []  # added: (requantizing op, the write it feeds)
         for op in graph.operators:
             if names[op.opcodeIndex] != UPDATE:
                 continue
@@ -53,15 +59,20 @@ def integer_update_slices(model_bytes):
             if island is None:
                 continue
             sources, quantize = island
-            ranges = {_range(graph.tensors[t]) for t in (*sources, quantize.outputs[0])}
+            ranges = {
+                _range(graph.tensors[t]) for t in (sources[0], quantize.outputs[0])
+            }
             if len(ranges) != 1:
                 raise IslandError(
                     f"{UPDATE} writes int8 tensors of different ranges {sorted(ranges)}"
-                    ": rewiring it to int8 would change values"
+                    ": the old and the updated cache must share one range (a "
+                    "byte copy between steps); rewiring it would change values"
                 )
             inputs = list(op.inputs)
             for position, source in enumerate(sources):
                 dequantize = producers[inputs[position]]
+                if _range(graph.tensors[source]) not in ranges:  # new rows
+                    source = _requantized(graph, source, quantize, op, added)
                 inputs[position] = source
                 if len(readers[dequantize.outputs[0]]) == 1:
                     drop.append(dequantize)
@@ -69,7 +80,12 @@ def integer_update_slices(model_bytes):
             op.outputs = np.array(quantize.outputs, dtype=np.int32)
             drop.append(quantize)
             changed = True
-        graph.operators = [op for op in graph.operators if not _among(op, drop)]
+        operators = []
+        for op in graph.operators:
+            operators.extend(new for new, before in added if before is op)
+            if not _among(op, drop):
+                operators.append(op)
+        graph.operators = operators
     if not changed:
         return model_bytes
     return bytes(flatbuffer_utils.convert_object_to_bytearray(model))
@@ -93,6 +109,28 @@ def _island(graph, op, names, producers, readers):
     if graph.tensors[quantize.outputs[0]].type != _int8():
         return None
     return sources, quantize
+
+
+def _requantized(graph, source, quantize, write, added):
+    """A new int8 tensor: `source` requantized onto the cache's range.
+
+    Appends the tensor (the QUANTIZE output's type and range, the source's
+    shape) and records the QUANTIZE op that fills it, to go before `write`.
+    """
+    from tensorflow.lite.python import schema_py_generated as schema
+
+    tensor = copy.deepcopy(graph.tensors[quantize.outputs[0]])
+    tensor.shape = np.array(graph.tensors[source].shape, dtype=np.int32)
+    tensor.shapeSignature = None
+    tensor.name = graph.tensors[source].name + b"/requantized"
+    tensor.buffer = 0  # an activation: the empty buffer
+    graph.tensors.append(tensor)
+    op = schema.OperatorT()
+    op.opcodeIndex = quantize.opcodeIndex
+    op.inputs = np.array([source], dtype=np.int32)
+    op.outputs = np.array([len(graph.tensors) - 1], dtype=np.int32)
+    added.append((op, write))
+    return len(graph.tensors) - 1
 
 
 def _range(tensor):

@@ -1,9 +1,12 @@
 """Cached decoding for `RelativeMultiHeadAttention`: the full and rolling caches.
 
 A mixin of the attention layer's decoding paths and their checks: new tokens'
-keys and values written into a `(B, 2, S_max, N, H)` cache at
-`cache_update_index`, or into a rolling cache of `sink_tokens` first slots
-and a ring of the last ones (`ops.cache.rolling_positions`).
+keys and values written into a cache at `cache_update_index`, or into a
+rolling cache of `sink_tokens` first slots and a ring of the last ones
+(`ops.cache.rolling_positions`). A cache is the pair `[keys, values]`, each
+heads-first `(B, N, S_max, H)` (`ops.cache`), or keras-hub's one
+`(B, 2, S_max, N, H)` tensor (moved to the pair around the step and back:
+the pair is the fast form).
 """
 
 import functools
@@ -15,8 +18,8 @@ from keras_posenc import _checks, ops
 from keras_posenc._compat import dim
 from keras_posenc.layers._rounding import rounder
 
-#: The keys and values on one range, as an int8 cache tensor holds them.
-CACHE_POINT = "cache"
+#: The key cache's and the value cache's ranges (each int8 tensor its own).
+CACHE_POINTS = ("cache_key", "cache_value")
 
 
 class CachedDecoding:
@@ -33,13 +36,15 @@ class CachedDecoding:
         Keys and values of the new tokens go into `cache` (rotated at their
         true positions first); the queries attend causally over the cache,
         with the position bias evaluated at positions `index + t` against
-        the cached positions `0 .. S_max - 1`. Returns `(output, cache)`.
+        the cached positions `0 .. S_max - 1`. Returns `(output, cache)`,
+        the cache in the form it came in.
         A rotary type whose frequencies depend on the current length
         (`"dynamic"`, `"longrope"`) caches its keys before rotation and reads
         every cached key at the step's length `index + T`, as a recompute of
         the `index + T` tokens does (`_turned_logits`).
         """
-        length, max_length = dim(query, 1), dim(cache, 2)  # T, S_max
+        pair, restore = _as_pair(cache)
+        length, max_length = dim(query, 1), dim(pair[0], 2)  # T, S_max
         q, k, v = self._project(query, query, query)  # (B, T, N, H)
         where = ops.position_range(length, index)  # (T,)
         late = self.rotary is not None and self._length_dependent()
@@ -55,20 +60,21 @@ class CachedDecoding:
                 rows=self._table_rows(length, index),
             )
         rounding = None
-        if self.quantize_cache:  # the int8 cache's one range, in and out
-            rounding = functools.partial(rounder(self.rounding, None), CACHE_POINT)
+        if self.quantize_cache:  # each int8 cache's range, in and out
+            r = rounder(self.rounding, None)
+            rounding = tuple(functools.partial(r, point) for point in CACHE_POINTS)
         # The slots after the last new position get no weight: read up to it
         # (an overriding `compute_attention` gets every slot, as it always has).
         reach = None
         if not self._custom_attention:
             reach = ops.cache.read_reach(index, length, max_length)
-        keys, values, cache = ops.cache.update_cache(
-            cache, k, v, index, rounding, reach=reach
-        )
+        keys, values, pair = ops.cache.update_cache(
+            pair, k, v, index, rounding, reach=reach
+        )  # keys, values: (B, N, S, H)
         read = max_length if reach is None else reach  # S: S_max or the reach
         bias = None
         if self.position_bias is not None:
-            bias = ops.cache.cached_bias(self.position_bias, query, keys, index)
+            bias = ops.cache.cached_bias(self.position_bias, query, read, index)
         if attention_bias is not None and reach is not None:
             attention_bias = attention_bias[..., :reach]
         bias = _plus(bias, attention_bias)  # (B or 1, N, T, S)
@@ -83,27 +89,62 @@ class CachedDecoding:
             if self.contextual_position is not None:
                 bias = _plus(bias, self.contextual_position(q, logits, mask))
             weights = self._weights(logits, bias, mask)
-            context = ops.attention.head_context(weights, values)
-            return self._merge(context), cache
+            context = ops.attention.cached_context(weights, values)
+            return self._merge(context), restore(pair)
         if late:  # every key turned at the current length
             current = tf.cast(index + length, tf.float32)
-            q, keys = self._rotate(
-                q,
-                keys,
-                query,
-                query,
-                positions=where,
-                key_positions=ops.position_range(read),
-                length=current,
+            q, keys = self._rotate_cached(
+                q, keys, query, where, ops.position_range(read), length=current
             )
-        context, _ = self._heads_attention(q, keys, values, bias, mask, step=True)
-        return self._merge(context), cache
+        context = self._cached_attention(q, keys, values, bias, mask)
+        return self._merge(context), restore(pair)
+
+    def _rotate_cached(self, q, keys, query, where, key_positions, **rotation):
+        """Queries `(B, T, N, H)` and cached keys `(B, N, S, H)`, rotated.
+
+        The keys move heads-last for the rotation and back (the paths that
+        turn cached keys: length-dependent rotary types outside an export,
+        rolling caches with learned frequencies).
+        """
+        swap = ops.attention.swap_heads
+        q, turned = self._rotate(
+            q,
+            swap(keys),
+            query,
+            query,
+            positions=where,
+            key_positions=key_positions,
+            **rotation,
+        )
+        return q, swap(turned)
+
+    def _cached_attention(self, q, keys, values, bias=None, mask=None):
+        """Context `(B, T, N, Hv)` of heads-last queries over the cached heads.
+
+        `cached_logits` / `cached_context` on the cache's own layout; a
+        subclass overriding `compute_attention` gets heads-first tensors.
+        One query in a plain graph outside an export takes the products'
+        step forms and a written-out softmax.
+        """
+        swap = ops.attention.swap_heads
+        if self._custom_attention:
+            context, _ = self.compute_attention(swap(q), keys, values, bias, mask)
+            return swap(context)
+        r = rounder(self.rounding, None)
+        step = (
+            q.shape[1] == 1 and not ops.attention.in_xla() and not ops.cache.is_static()
+        )
+        logits = r("logits", ops.attention.cached_logits(q, keys, step))
+        if self.contextual_position is not None:
+            bias = _plus(bias, self.contextual_position(q, logits, mask))
+        weights = self._weights(logits, bias, mask, None, step)
+        return r("context", ops.attention.cached_context(weights, values, step))
 
     def _check_rolling(self, cache, sink_tokens):
         """A rolling cache's arguments and the layer's fitness for one."""
         if cache is None:
             _checks.fail("sink_tokens", "None without a cache", sink_tokens)
-        slots = cache.shape[2]
+        slots = (cache[0] if isinstance(cache, (list, tuple)) else cache).shape[2]
         sink_tokens = _checks.positive_int("sink_tokens", sink_tokens, minimum=0)
         if slots is not None and sink_tokens >= slots:
             _checks.fail(
@@ -151,15 +192,18 @@ class CachedDecoding:
         rows of constant tables at those integer places). Returns
         `(output, cache)`.
         """
-        length, slots = dim(query, 1), cache.shape[2]
+        pair, restore = _as_pair(cache)
+        length, slots = dim(query, 1), pair[0].shape[2]
         q, k, v = self._project(query, query, query)  # (B, T, N, H)
         slot, q_pos, k_pos, mask = ops.cache.rolling_positions(
             index, length, sink_tokens, slots
         )
-        keys, values, cache = ops.cache.update_cache(cache, k, v, slot)
+        keys, values, pair = ops.cache.update_cache(pair, k, v, slot)
         bias = None
         if self.position_bias is not None:
-            bias = ops.cache.rolling_bias(self.position_bias, query, keys, q_pos, k_pos)
+            bias = ops.cache.rolling_bias(
+                self.position_bias, query, slots, q_pos, k_pos
+            )
         bias = _plus(bias, attention_bias)
         mask = mask[None, None]  # (1, 1, T, S_max)
         if attention_mask is not None:
@@ -170,24 +214,23 @@ class CachedDecoding:
             # of a constant table); no rotation touches the int8 cache.
             logits = self._turned_logits(q, keys, q_pos, k_pos=k_pos, slots=slots)
             weights = self._weights(logits, bias, mask)
-            context = ops.attention.head_context(weights, values)
-            return self._merge(context), cache
+            context = ops.attention.cached_context(weights, values)
+            return self._merge(context), restore(pair)
         if self.rotary is not None:  # exports gather rows of an (S, r/2) table
-            q, keys = self._rotate(
+            q, keys = self._rotate_cached(
                 q,
                 keys,
                 query,
-                query,
-                positions=tf.cast(q_pos, tf.float32),
-                key_positions=tf.cast(k_pos, tf.float32),
+                tf.cast(q_pos, tf.float32),
+                tf.cast(k_pos, tf.float32),
                 max_length=slots,
                 rows=(q_pos, k_pos),
             )
-        context, _ = self._heads_attention(q, keys, values, bias, mask, step=True)
-        return self._merge(context), cache
+        context = self._cached_attention(q, keys, values, bias, mask)
+        return self._merge(context), restore(pair)
 
     def _turned_logits(self, q, keys, where, current=None, k_pos=None, slots=None):
-        """Logits `(B, N, T, S_max)` of unturned queries and cached keys.
+        """Logits `(B, N, T, S_max)` of unturned queries and cached keys `(B, N, S, H)`.
 
         The same numbers as turning both at the current length: rotations
         compose, `R_i q . R_j k = R_(i-j) q . k`, so each query is turned by
@@ -204,7 +247,7 @@ class CachedDecoding:
             table = self.rotary.cos_sin(every, "query")  # (S, r/2) each
             cos, sin = (tf.gather(t, offsets) for t in table)  # (T, S, r/2)
         else:
-            slots = dim(keys, 1)
+            slots = dim(keys, 2)
             offsets = where[:, None] - ops.position_range(slots)[None, :]  # (T, S)
             cos, sin = self.rotary.cos_sin(
                 offsets[..., None], "query", tf.cast(current, tf.float32)
@@ -222,21 +265,8 @@ class CachedDecoding:
                 "`cache_update_index` must be given with `cache` (the position of "
                 "the first new token). Received: cache_update_index=None"
             )
-        num_heads, key_dim, value_dim = self.num_heads, self.key_dim, self.value_dim
-        expected = (2, None, num_heads, key_dim)
-        if cache.shape.rank != 5 or any(
-            want not in (None, got) for want, got in zip(expected, cache.shape[1:])
-        ):
-            raise ValueError(
-                f"`cache` must have shape (B, 2, S_max, {num_heads}, {key_dim}). "
-                f"Received: cache.shape={cache.shape}"
-            )
-        if value_dim not in (None, key_dim):
-            raise ValueError(
-                "`value_dim` must equal key_dim to keep keys and values in one cache. "
-                f"Received: value_dim={value_dim}, key_dim={key_dim}"
-            )
-        _check_cache_index(cache_update_index, query.shape[1], cache.shape[2])
+        slots = _check_cache_shape(cache, self.num_heads, self.key_dim, self.value_dim)
+        _check_cache_index(cache_update_index, query.shape[1], slots)
         cope = self.contextual_position
         if cope is not None and cope.bidirectional:
             raise ValueError(
@@ -262,11 +292,62 @@ class CachedDecoding:
             )
 
     def _round_cache(self, k, v, training=None):
-        """Keys and values `(B, S, N, H)` on the cache's one range (or as they are)."""
+        """Keys and values `(B, S, N, H)` on their caches' ranges (or as they are)."""
         if not self.quantize_cache:
             return k, v
-        pair = rounder(self.rounding, training)(CACHE_POINT, tf.stack([k, v], 1))
-        return tf.unstack(pair, axis=1)
+        r = rounder(self.rounding, training)
+        return tuple(r(point, x) for point, x in zip(CACHE_POINTS, (k, v)))
+
+
+def _as_pair(cache):
+    """`(pair, restore)`: the cache as `(keys, values)` heads-first, and the
+    function giving an updated pair back in the form `cache` came in."""
+    if isinstance(cache, (list, tuple)):
+        return tuple(cache), type(cache)
+    return ops.cache.from_stacked(cache), ops.cache.to_stacked
+
+
+def _check_cache_shape(cache, num_heads, key_dim, value_dim):
+    """The cache's slot count S_max (None if unknown), its shapes checked."""
+    if isinstance(cache, (list, tuple)):
+        sizes = (key_dim, value_dim or key_dim)
+        if len(cache) != 2 or not all(tf.is_tensor(c) for c in cache):
+            _checks.fail(
+                "cache",
+                "a [keys, values] pair of tensors (or one (B, 2, S_max, N, H) tensor)",
+                f"{type(cache).__name__} of {len(cache)}",
+            )
+        for name, tensor, size in zip(("keys", "values"), cache, sizes):
+            expected = (num_heads, None, size)
+            if tensor.shape.rank != 4 or any(
+                want not in (None, got) for want, got in zip(expected, tensor.shape[1:])
+            ):
+                raise ValueError(
+                    f"`cache` {name} must have shape (B, {num_heads}, S_max, {size}). "
+                    f"Received: shape={tensor.shape}"
+                )
+        s_k, s_v = cache[0].shape[2], cache[1].shape[2]
+        if None not in (s_k, s_v) and s_k != s_v:
+            raise ValueError(
+                "`cache` keys and values must have the same S_max. Received: "
+                f"{s_k} and {s_v}"
+            )
+        return s_k
+    expected = (2, None, num_heads, key_dim)
+    if cache.shape.rank != 5 or any(
+        want not in (None, got) for want, got in zip(expected, cache.shape[1:])
+    ):
+        raise ValueError(
+            f"`cache` must have shape (B, 2, S_max, {num_heads}, {key_dim}) or be "
+            f"a [keys, values] pair. Received: cache.shape={cache.shape}"
+        )
+    if value_dim not in (None, key_dim):
+        raise ValueError(
+            "`value_dim` must equal key_dim to keep keys and values in one cache "
+            f"(or pass a [keys, values] pair). Received: value_dim={value_dim}, "
+            f"key_dim={key_dim}"
+        )
+    return cache.shape[2]
 
 
 def _plus(bias, attention_bias):

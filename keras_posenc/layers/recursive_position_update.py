@@ -60,8 +60,8 @@ class RecursivePositionUpdate(keras.layers.Layer):
         use_causal_mask: bool. Defaults to `False`.
         training: bool, whether dropout is active.
         cache: optional pair `[content, position]` of the two attentions'
-            `(B, 2, S_max, heads, head_size)` key/value caches (cached
-            decoding, as `RelativeMultiHeadAttention`'s `cache`).
+            caches (cached decoding, each as `RelativeMultiHeadAttention`'s
+            `cache`).
         cache_update_index: int or scalar tensor, the position of the first
             new token; required with `cache`.
         segment_ids: optional int `(B, T)`, a packed row: both attentions

@@ -27,7 +27,7 @@ from keras_posenc.layers._attention_checks import (
     AttentionChecks,
     check_arguments,
 )
-from keras_posenc.layers._cached_decoding import CACHE_POINT, CachedDecoding, _plus
+from keras_posenc.layers._cached_decoding import CACHE_POINTS, CachedDecoding, _plus
 from keras_posenc.layers._local_attention import LocalAttention
 from keras_posenc.layers._lsh_attention import (  # noqa: F401 (re-exported)
     ATTENTION_TYPES,
@@ -118,8 +118,9 @@ class RelativeMultiHeadAttention(
         query_mask, value_mask, key_mask: Keras masks, True at real tokens.
         start_index: the first query's position (decoding). Defaults to `0`.
         positions, key_positions: optional explicit positions `(T,)`/`(B, T)`.
-        cache, cache_update_index: `(B, 2, S_max, N, H)` keys and values and
-            where the new tokens go; the call then returns the cache too.
+        cache, cache_update_index: a `[keys, values]` pair `(B, N, S_max, H)`
+            each (or keras-hub's `(B, 2, S_max, N, H)`) and where the new
+            tokens go; the call then returns the cache too, in its form.
         sink_tokens: with `cache`, a rolling cache keeping the first tokens.
         segment_ids: optional int `(B, T)`: packed documents, each attending
             only inside itself at positions from 0.
@@ -397,7 +398,7 @@ class RelativeMultiHeadAttention(
     def _rounding_names(self):
         """The tensors `quantize` rounds: `ROUNDING_POINTS`, the cache's with
         `"cache"`, the rotation's in place of the scaled queries."""
-        points = ROUNDING_POINTS + ((CACHE_POINT,) if self.quantize_cache else ())
+        points = ROUNDING_POINTS + (CACHE_POINTS if self.quantize_cache else ())
         if self.rotary is not None:  # the rotation scales the queries
             points = ROTARY_POINTS + tuple(p for p in points if p != "scaled_query")
             if self.rotary.xpos_scale_base is not None:
@@ -462,16 +463,12 @@ class RelativeMultiHeadAttention(
             is not RelativeMultiHeadAttention.compute_attention
         )
 
-    def _heads_attention(
-        self, q, k, v, bias=None, mask=None, training=None, step=False
-    ):
+    def _heads_attention(self, q, k, v, bias=None, mask=None, training=None):
         """Heads-last `(B, T, N, H)` in, context `(B, T, N, Hv)` and weights out.
 
         `head_logits` / `head_context` on the projections' own layout unless a
         subclass overrides `compute_attention`, which then gets heads-first
-        `(B, N, T, H)`. `step`: attention over a cache; one query in a
-        plain graph outside an export (`ops.cache.static_decoding()`) then
-        takes `step_logits` / `step_context` (exports keep the matmuls).
+        `(B, N, T, H)` (a cache's decoding step: `_cached_attention`).
         """
         if self._custom_attention:
             swap = ops.attention.swap_heads
@@ -480,23 +477,12 @@ class RelativeMultiHeadAttention(
             )
             return swap(context), weights
         r = rounder(self.rounding, training)
-        step = (
-            step
-            and q.shape[1] == 1
-            and not ops.attention.in_xla()
-            and not ops.cache.is_static()
-        )
-        products = (
-            (ops.attention.step_logits, ops.attention.step_context)
-            if step
-            else (ops.attention.head_logits, ops.attention.head_context)
-        )
-        logits = r("logits", products[0](q, k))
+        logits = r("logits", ops.attention.head_logits(q, k))
         if self.contextual_position is not None:
             bias = _plus(bias, self.contextual_position(q, logits, mask))
-        weights = self._weights(logits, bias, mask, training, step)
+        weights = self._weights(logits, bias, mask, training)
         dropped = self._dropout_layer(weights, training=training)
-        return r("context", products[1](dropped, v)), weights
+        return r("context", ops.attention.head_context(dropped, v)), weights
 
     def _weights(self, logits, bias, mask, training=None, step=False):
         """Float32 softmax of `logits + bias` over the keys, masked.

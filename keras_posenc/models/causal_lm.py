@@ -233,11 +233,18 @@ class CausalLM(SegmentIdsCheck, Generating, keras.Model):
     def cache_shapes(self, batch_size, max_length):
         """Shapes of the cache tensors of `call_with_cache`, in order.
 
-        Each attention holds `(B, 2, max_length, N, H)` keys and values (two
-        per `"recursive"` block); a causal position convolution holds its
-        inputs `(B, max_length, D)`, by position.
+        Each attention holds its keys, then its values, `(B, N, max_length,
+        H)` each, heads-first (two attentions per `"recursive"` block); a
+        causal position convolution holds its inputs `(B, max_length, D)`,
+        by position, a forgetting gate its running sums `(B, max_length, N)`.
         """
         return self._parts.stack.cache_shapes(batch_size, max_length)
+
+    def cache_kinds(self):
+        """What each cache tensor holds, in `cache_shapes`' order: `"keys"`,
+        `"values"`, `"convolution inputs"` (a causal position convolution)
+        or `"gate sums"` (a forgetting gate)."""
+        return self._parts.stack.cache_kinds()
 
     def empty_cache(self, batch_size, max_length):
         """A list of zero float32 cache tensors for `call_with_cache`."""

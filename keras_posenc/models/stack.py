@@ -266,19 +266,31 @@ class TransformerStack:
 
     def cache_shapes(self, batch_size, max_length):
         """The shapes of the cache tensors, in the order `forward` reads them."""
-        shapes = []
+        return [shape for _, shape in self._caches(batch_size, max_length)]
+
+    def cache_kinds(self):
+        """What each cache tensor holds: `"keys"`, `"values"`,
+        `"convolution inputs"` or `"gate sums"`, in `cache_shapes`' order."""
+        return [kind for kind, _ in self._caches(None, None)]
+
+    def _caches(self, batch_size, max_length):
+        caches = []
         for index, block in enumerate(self.blocks):
             if self.conv_state(index):
-                shapes.append((batch_size, max_length, self.hpn.dim))
+                shape = (batch_size, max_length, self.hpn.dim)
+                caches.append(("convolution inputs", shape))
             if self.gates[index] is not None:  # running log-gate sums c_j
-                shapes.append((batch_size, max_length, self.gates[index].num_heads))
+                shape = (batch_size, max_length, self.gates[index].num_heads)
+                caches.append(("gate sums", shape))
             attentions = (block,)
             if self.method.recursive:
                 attentions = (block.attention, block.position_attention)
-            for attention in attentions:
-                size = (attention.num_heads, attention.key_dim)
-                shapes.append((batch_size, 2, max_length) + size)
-        return shapes
+            for attention in attentions:  # keys, then values: (B, N, S, H)
+                heads = attention.num_heads
+                value_dim = attention.value_dim or attention.key_dim
+                for kind, size in (("keys", attention.key_dim), ("values", value_dim)):
+                    caches.append((kind, (batch_size, heads, max_length, size)))
+        return caches
 
     def forward(
         self, x, cache=None, index=0, training=None, sink_tokens=None, segment_ids=None
@@ -345,9 +357,9 @@ class TransformerStack:
                     )
             if self.method.recursive:
                 if decoding:
-                    pair = [next(slots), next(slots)]
+                    pair = [[next(slots), next(slots)] for _ in range(2)]
                     x, pair = block(x, cache=pair, cache_update_index=index)
-                    updated.extend(pair)
+                    updated.extend(pair[0] + pair[1])
                 else:
                     x = block(
                         x, use_causal_mask=self.causal, training=training, **packed
@@ -376,10 +388,11 @@ class TransformerStack:
                 if decoding:
                     if sink_tokens is not None:
                         extra["sink_tokens"] = sink_tokens
-                    attended, state = block(
-                        query, cache=next(slots), cache_update_index=index, **extra
+                    pair = [next(slots), next(slots)]  # keys, values
+                    attended, pair = block(
+                        query, cache=pair, cache_update_index=index, **extra
                     )
-                    updated.append(state)
+                    updated.extend(pair)
                 else:
                     causal = {"use_causal_mask": True} if self.causal else {}
                     attended = block(
@@ -396,7 +409,7 @@ class TransformerStack:
         """`{"max_length": S_max}` of a decoding cache (`{}` without one)."""
         if cache is None:
             return {}
-        return {"max_length": next(c.shape[2] for c in cache if c.shape.rank == 5)}
+        return {"max_length": next(c.shape[2] for c in cache if c.shape.rank == 4)}
 
     def _encode_input(self, x, start_index=0, positions=None, segment_ids=None):
         """The absolute encoding added to the embeddings `x`.
@@ -444,8 +457,7 @@ class TransformerStack:
         if cache is None:
             return self.shared_bias(x)  # (1, N, T, T)
         max_length = self._cache_length(cache)["max_length"]
-        keys = tf.zeros((1, max_length, 1), x.dtype)  # only its length is read
-        return ops.cache.cached_bias(self.shared_bias, x, keys, index)
+        return ops.cache.cached_bias(self.shared_bias, x, max_length, index)
 
 
 def check_sequence_length(position, sequence_length, max_length):

@@ -142,20 +142,6 @@ def head_logits(q, k):
     return tf.matmul(swap_heads(q), swap_heads(k), transpose_b=True)
 
 
-def step_logits(q, k):
-    """`head_logits` of one query `(B, 1, N, H)` over keys `(B, S, N, H)`.
-
-    A decoding step's form in a plain graph: a product and a sum over `H`
-    on the keys' own layout, then a transpose of the small `(B, S, N)`
-    logits. The batched matmul would first transpose every cached key
-    (B, S, N, H) -> (B, N, S, H), at each step. Float32 sums, as the
-    matmul accumulates.
-    """
-    products = tf.cast(q, tf.float32) * tf.cast(k, tf.float32)  # (B, S, N, H)
-    logits = tf.transpose(tf.reduce_sum(products, -1), [0, 2, 1])  # (B, N, S)
-    return tf.cast(tf.expand_dims(logits, 2), q.dtype)  # (B, N, 1, S)
-
-
 def head_context(weights, v):
     """Weights `(B, N, T, S)` times values `(B, S, N, Hv)`: `(B, T, N, Hv)`.
 
@@ -169,16 +155,56 @@ def head_context(weights, v):
     return swap_heads(tf.matmul(weights, swap_heads(v)))
 
 
-def step_context(weights, v):
-    """`head_context` of one query's weights `(B, N, 1, S)`: `(B, 1, N, Hv)`.
+def cached_logits(q, keys, step=False):
+    """`Q K^T` of heads-last queries `(B, T, N, H)` over cached keys `(B, N_kv, S, H)`.
 
-    The decoding step's form of `step_logits`: the small weights move to
-    the values' layout, not every cached value.
+    The cache's heads-first keys are read where they lie (a batched matmul's
+    own layout: no cached key moves); the `T` queries move. With fewer key
+    heads (`N = G * N_kv`, grouped-query attention) query head `n` reads key
+    head `n // G`: the queries of a group fold into one matmul's rows.
+    `step` (one query in a plain graph): a product and a sum over `H` on
+    the keys' layout, which oneDNN runs faster than a one-row matmul.
+    Returns `(B, N, T, S)`.
     """
-    heads = weights.shape[1]
-    w = tf.transpose(tf.reshape(weights, [-1, heads, dim(v, 1)]), [0, 2, 1])
-    products = tf.cast(w[..., None], tf.float32) * tf.cast(v, tf.float32)
-    return tf.cast(tf.reduce_sum(products, 1, keepdims=True), v.dtype)
+    shape = tf.shape(q)
+    batch, length, heads, size = shape[0], dim(q, 1), q.shape[2], q.shape[3]
+    kv_heads, slots = keys.shape[1], tf.shape(keys)[2]
+    groups = heads // kv_heads
+    q = swap_heads(q)  # (B, N, T, H)
+    if groups > 1:
+        q = tf.reshape(q, [batch, kv_heads, groups * length, size])
+    if step and groups == 1:
+        products = tf.cast(q, tf.float32) * tf.cast(keys, tf.float32)  # (B,N,S,H)
+        logits = tf.cast(tf.reduce_sum(products, -1, keepdims=True), q.dtype)
+        logits = tf.transpose(logits, [0, 1, 3, 2])  # (B, N, 1, S)
+    else:
+        logits = tf.matmul(q, keys, transpose_b=True)  # (B, N_kv, G*T, S)
+    if groups > 1:
+        logits = tf.reshape(logits, [batch, heads, length, slots])
+    return logits
+
+
+def cached_context(weights, values, step=False):
+    """Weights `(B, N, T, S)` times cached values `(B, N_kv, S, Hv)`: `(B, T, N, Hv)`.
+
+    `cached_logits`' layout: the weights of a group fold into one matmul's
+    rows; `step` (one query in a plain graph) a product and a sum over `S`.
+    """
+    shape = tf.shape(weights)
+    batch, heads, length = shape[0], weights.shape[1], dim(weights, 2)
+    kv_heads, size = values.shape[1], values.shape[3]
+    groups = heads // kv_heads
+    if groups > 1:
+        weights = tf.reshape(weights, [batch, kv_heads, groups * length, -1])
+    if step and groups == 1:
+        w = tf.transpose(weights, [0, 1, 3, 2])  # (B, N, S, 1)
+        products = tf.cast(w, tf.float32) * tf.cast(values, tf.float32)
+        context = tf.cast(tf.reduce_sum(products, 2, keepdims=True), values.dtype)
+    else:
+        context = tf.matmul(weights, values)  # (B, N_kv, G*T, Hv)
+    if groups > 1:
+        context = tf.reshape(context, [batch, heads, length, size])
+    return swap_heads(context)
 
 
 def in_xla():

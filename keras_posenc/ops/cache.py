@@ -1,8 +1,12 @@
 """Key/value cache of cached decoding, as pure functions.
 
-The cache follows keras-hub's `CachedMultiHeadAttention`: one tensor
-`(B, 2, S_max, N, H)` holding the keys (index 0) and values (index 1) of
-positions `0 .. S_max - 1`; new tokens are written at `cache_update_index`.
+An attention layer's cache is a pair of tensors, the keys and the values of
+positions `0 .. S_max - 1`, each heads-first `(B, N_kv, S_max, H)`: the
+layout a batched matmul reads without moving a cached key (and LiteRT-LM's
+`kv_cache_k_<i>` / `kv_cache_v_<i>`); new tokens are written at
+`cache_update_index` along axis 2. keras-hub's `CachedMultiHeadAttention`
+form, one `(B, 2, S_max, N, H)` tensor, converts with `from_stacked` and
+`to_stacked`.
 """
 
 import contextlib
@@ -112,30 +116,37 @@ def position_rows(encode, index, length, max_length):
     return tf.gather(encode(0, max_length), rows, axis=-2)
 
 
-def cached_bias(position_bias, query, keys, index):
-    """Float32 bias `(1 or B, N, T, S_max)` of queries at `index ...` vs cached keys.
+def _stub(slots):
+    """A `(1, slots, 1)` stand-in of the keys: bias producers read its length."""
+    return tf.zeros(tf.stack([1, slots, 1]) if tf.is_tensor(slots) else [1, slots, 1])
 
-    Inside `static_decoding()` the bias is a constant the step gathers from:
-    for a producer that reads `j - i` alone (`translation_invariant`), its
-    `2 S_max - 1` distinct distances `(1, N, 2 S_max - 1)` (O(S): ALiBi, T5,
-    clipped and the 1-D dynamic bias), otherwise every `(S_max, S_max)` pair.
+
+def cached_bias(position_bias, query, slots, index):
+    """Float32 bias `(1 or B, N, T, slots)` of queries at `index ...` vs the cache.
+
+    `slots` (an int, or an int32 tensor of the slots a step reads) keys at
+    `0 .. slots - 1`. Inside `static_decoding()` the bias is a constant the
+    step gathers from: for a producer that reads `j - i` alone
+    (`translation_invariant`), its `2 S_max - 1` distinct distances
+    `(1, N, 2 S_max - 1)` (O(S): ALiBi, T5, clipped and the 1-D dynamic
+    bias), otherwise every `(S_max, S_max)` pair.
     """
     if not _STATIC.get():
-        return tf.cast(position_bias(query, keys, start_index=index), tf.float32)
+        bias = position_bias(query, _stub(slots), start_index=index)
+        return tf.cast(bias, tf.float32)
     rows = tf.range(tf.shape(query)[1]) + tf.cast(index, tf.int32)  # (T,)
-    slots = keys.shape[1]  # S_max, static in an export
     if getattr(position_bias, "translation_invariant", False):
         # One query at S_max - 1 against 2 S_max - 1 keys: distances
         # -(S_max - 1) .. S_max - 1, no runtime input (a constant).
-        stubs = [tf.zeros([1, size, 1]) for size in (1, 2 * slots - 1)]
-        table = position_bias(*stubs, start_index=slots - 1)[:, :, 0]  # (1, N, 2S-1)
+        table = position_bias(_stub(1), _stub(2 * slots - 1), start_index=slots - 1)
+        table = table[:, :, 0]  # (1, N, 2S-1)
         columns = tf.range(slots)[None, :] - rows[:, None] + (slots - 1)  # (T, S)
         return tf.gather(tf.cast(table, tf.float32), columns, axis=2)
-    grid = position_bias(keys, keys)  # (1, N, S_max, S_max), no runtime input
+    grid = position_bias(_stub(slots), _stub(slots))  # (1, N, S, S), a constant
     return tf.gather(tf.cast(grid, tf.float32), rows, axis=2)
 
 
-def rolling_bias(position_bias, query, keys, query_positions, key_positions):
+def rolling_bias(position_bias, query, slots, query_positions, key_positions):
     """Float32 bias `(1 or B, N, T, S)` at the in-cache positions of a rolling cache.
 
     Inside `static_decoding()` the bias is a constant the step gathers from,
@@ -146,45 +157,55 @@ def rolling_bias(position_bias, query, keys, query_positions, key_positions):
     if not _STATIC.get():
         bias = position_bias(
             query,
-            keys,
+            _stub(slots),
             positions=tf.cast(query_positions, tf.float32),
             key_positions=tf.cast(key_positions, tf.float32),
         )
         return tf.cast(bias, tf.float32)
-    slots = keys.shape[1]  # S, static in an export
     rows, columns = query_positions, key_positions  # int32 (T,), (S,)
     if getattr(position_bias, "translation_invariant", False):
-        stubs = [tf.zeros([1, size, 1]) for size in (1, 2 * slots - 1)]
-        table = position_bias(*stubs, start_index=slots - 1)[:, :, 0]  # (1, N, 2S-1)
+        table = position_bias(_stub(1), _stub(2 * slots - 1), start_index=slots - 1)
+        table = table[:, :, 0]  # (1, N, 2S-1)
         distances = columns[None, :] - rows[:, None] + (slots - 1)  # (T, S)
         return tf.gather(tf.cast(table, tf.float32), distances, axis=2)
-    grid = tf.cast(position_bias(keys, keys), tf.float32)  # (1, N, S, S)
+    grid = tf.cast(position_bias(_stub(slots), _stub(slots)), tf.float32)
     return tf.gather(tf.gather(grid, rows, axis=2), columns, axis=3)
 
 
 def update_cache(cache, key, value, index, rounding=None, reach=None):
-    """Writes heads-last key/value heads `(B, T, N, H)` into `cache` at `index`.
+    """Writes heads-last key/value heads `(B, T, N_kv, H)` into `cache` at `index`.
 
-    `rounding(x)`, when given, puts the old cache, the new keys and values
-    and the updated cache on the int8 cache's grid (quantization-aware
-    models: every tensor of the write then has the cache's one range).
-    `reach` (`read_reach`), when given: only the first `reach` slots are
-    read.
+    `cache` is the pair `(keys, values)`, each `(B, N_kv, S_max, H)`; the
+    new heads move to that layout (T tokens: a small transpose) and are
+    written along axis 2, so no cached slot moves. `rounding`, when given,
+    is a pair of functions putting the old cache, the new heads and the
+    updated cache on the int8 key and value caches' grids (quantization-aware
+    models: every tensor of a write has its cache's range). `reach`
+    (`read_reach`), when given: only the first `reach` slots are read.
 
     Returns:
-        `(keys, values, cache)`: the cached keys and values `(B, S_max or
-        reach, N, H)` and the updated `(B, 2, S_max, N, H)` cache.
+        `(keys, values, cache)`: the cached keys and values `(B, N_kv, S_max
+        or reach, H)` and the updated pair.
     """
     index = tf.cast(index, tf.int32)
-    rounding = rounding or (lambda x: x)
-    new = rounding(tf.cast(tf.stack([key, value], axis=1), cache.dtype))  # (B,2,T,N,H)
-    cache = update_slice(rounding(cache), new, index, axis=2)
-    cache = rounding(cache)
+    rounding = rounding or (lambda x: x, lambda x: x)
+    updated = []
+    for buffer, new, rounded in zip(cache, (key, value), rounding):
+        new = tf.transpose(rounded(tf.cast(new, buffer.dtype)), [0, 2, 1, 3])
+        updated.append(rounded(update_slice(rounded(buffer), new, index, axis=2)))
     if reach is not None:  # a slice of each: no copy of the slots past it
-        return cache[:, 0, :reach], cache[:, 1, :reach], cache
-    # Unstacked, not sliced: microcontrollers slice at most 4-D tensors.
-    keys, values = tf.unstack(cache, axis=1)  # (B, S_max, N, H) each
-    return keys, values, cache
+        return updated[0][:, :, :reach], updated[1][:, :, :reach], tuple(updated)
+    return updated[0], updated[1], tuple(updated)
+
+
+def from_stacked(cache):
+    """keras-hub's `(B, 2, S, N, H)` cache as the pair `(B, N, S, H)` each."""
+    return tuple(tf.transpose(cache[:, i], [0, 2, 1, 3]) for i in (0, 1))
+
+
+def to_stacked(pair):
+    """The pair `(B, N, S, H)` each as keras-hub's `(B, 2, S, N, H)` cache."""
+    return tf.stack([tf.transpose(c, [0, 2, 1, 3]) for c in pair], axis=1)
 
 
 def write_rows(buffer, rows, index):

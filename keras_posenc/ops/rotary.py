@@ -254,19 +254,22 @@ def xpos_scale(rotary_dim, positions, scale_base, gamma=0.4):
 def turned_logits(q, keys, cos, sin, interleaved=False):
     """Logits `(B, N, T, S)` of queries turned by their distance to each key.
 
-    `q` `(B, T, N, H)` unturned queries, `keys` `(B, S, N, H)` unturned keys,
-    `cos`, `sin` `(T, S, r/2)` of the distances `i - j` (scaled as the
-    logits need): rotations compose, `R_i q . R_j k = R_(i-j) q . k`, so the
-    keys are only read. One query token uses 4-D tensors only
-    (microcontrollers).
+    `q` `(B, T, N, H)` unturned queries, `keys` `(B, N, S, H)` unturned
+    cached keys (heads-first, as the cache holds them), `cos`, `sin`
+    `(T, S, r/2)` of the distances `i - j` (scaled as the logits need):
+    rotations compose, `R_i q . R_j k = R_(i-j) q . k`, so the keys are only
+    read. One query token uses 4-D tensors only (microcontrollers).
     """
-    if q.shape[1] == 1:
-        turned = rotate(q, cos[0][:, None], sin[0][:, None], interleaved)
-        # turned: (B, S, N, H)
-        logits = tf.reduce_sum(turned * keys, axis=-1)  # (B, S, N)
-        return tf.transpose(logits, [0, 2, 1])[:, :, None]
-    turned = rotate(  # (B, T, S, N, H)
-        q[:, :, None], cos[:, :, None], sin[:, :, None], interleaved
-    )
-    logits = tf.reduce_sum(turned * keys[:, None], axis=-1)  # (B, T, S, N)
-    return tf.transpose(logits, [0, 3, 1, 2])
+    q = tf.transpose(q, [0, 2, 1, 3])  # (B, N, T, H)
+    width = 2 * cos.shape[-1]  # r: the features past it are not turned
+    rest = None
+    if q.shape[-1] > width:
+        rest = tf.matmul(q[..., width:], keys[..., width:], transpose_b=True)
+        q, keys = q[..., :width], keys[..., :width]
+    if q.shape[2] == 1:
+        turned = rotate(q, cos[0], sin[0], interleaved)  # (B, N, S, r)
+        logits = tf.reduce_sum(turned * keys, axis=-1)[:, :, None]  # (B, N, 1, S)
+    else:
+        turned = rotate(q[:, :, :, None], cos, sin, interleaved)  # (B, N, T, S, r)
+        logits = tf.reduce_sum(turned * keys[:, :, None], axis=-1)
+    return logits if rest is None else logits + rest

@@ -53,10 +53,13 @@ def test_the_step_lists_token_index_caches_in_and_logits_caches_out(exports, tar
 
     model_bytes = exports[target]
     contract = device_contract(model_bytes)
-    caches = [f"cache_{i}" for i in range(3)]  # hybrid: two attentions, one conv
+    # hybrid: keys and values apart for each attention, the second layer's
+    # convolution state before its attention
+    caches = [f"cache_{i}" for i in range(5)]
     assert [p.name for p in contract.inputs] == ["token", "index", *caches]
     assert [p.name for p in contract.outputs] == ["logits", *caches]
-    assert [p.index for p in contract.inputs] == [0, 1, 2, 3, 4]
+    assert [p.index for p in contract.inputs] == list(range(7))
+    assert [len(p.shape) for p in contract.inputs[2:]] == [4, 4, 3, 4, 4]
     # The subgraph's own lists, read by another reader, name the same tensors.
     interpreter = Interpreter(model_content=model_bytes)
     if target == "tflm":  # one subgraph: the interpreter's lists are the step's
@@ -74,7 +77,9 @@ def test_the_step_lists_token_index_caches_in_and_logits_caches_out(exports, tar
             assert port.scale == pytest.approx(detail["quantization"][0], rel=1e-7)
             assert port.zero_point == detail["quantization"][1]
     assert contract.cache_length == 16 and contract.vocab_size == VOCAB
-    assert [(f.output, f.input) for f in contract.feeds] == [(1, 2), (2, 3), (3, 4)]
+    assert [(f.output, f.input) for f in contract.feeds] == [
+        (i, i + 1) for i in range(1, 6)
+    ]
     for feed in contract.feeds:  # a byte copy exactly where requantizing is one
         out, into = contract.outputs[feed.output], contract.inputs[feed.input]
         raw = np.arange(-128, 128)
@@ -112,7 +117,7 @@ def test_naming_and_ordering_changes_nothing_the_model_computes(exports):
         prefill = interpreter.get_signature_runner("prefill")(tokens=tokens)
         results.append((decode, prefill))
     for got, want in zip(results[1], results[0]):
-        assert set(got) == set(want) == {"logits", "cache_0", "cache_1", "cache_2"}
+        assert set(got) == set(want) == {"logits", *(f"cache_{i}" for i in range(5))}
         for name in want:
             np.testing.assert_array_equal(got[name], want[name])
 
@@ -223,7 +228,7 @@ def test_the_c_header_compiles_and_holds_the_contract(exports, tmp_path):
     lines = subprocess.run(
         [str(program)], capture_output=True, text=True, check=True
     ).stdout.splitlines()
-    assert lines[0].split() == ["16", str(VOCAB), "5", "4", "3"]
+    assert lines[0].split() == ["16", str(VOCAB), "7", "6", "5"]
     assert lines[1].split() == ["0", "1", "0"]
     printed = [line.split() for line in lines[2:]]
     ports = [("in", p) for p in contract.inputs] + [

@@ -501,22 +501,25 @@ def test_the_old_quantize_cache_keyword_is_quantize_cache():
 
 @pytest.mark.parametrize("mode", ["t5", "rope"])
 def test_a_quantized_cache_decodes_as_the_sequence_recomputes(mode):
-    """Keys and values on the cache's one range, in training and decoding
-    (RoPE: the rotated keys)."""
+    """Keys and values each on their cache's own range, in training and
+    decoding (RoPE: the rotated keys)."""
     rng = np.random.default_rng(3)
     x = rng.normal(size=(2, 5, 6)).astype("float32")
     layer = make_quantized(mode, quantize="cache")
     layer(x, use_causal_mask=True, training=True)  # the ranges of one batch
     full = layer(x, use_causal_mask=True).numpy()
-    cache = tf.zeros((2, 2, 5, 2, layer.key_dim))
+    cache = [tf.zeros((2, 2, 5, layer.key_dim)) for _ in range(2)]
     steps = []
     for t in range(5):
         out, cache = layer(x[:, t : t + 1], cache=cache, cache_update_index=t)
         steps.append(out.numpy()[:, 0])
     np.testing.assert_allclose(np.stack(steps, 1), full, atol=1e-5)
-    cached = cache.numpy()  # every cached value on the cache's int8 grid
-    point = layer.rounding["cache"]
-    low, high = float(point.minimum), float(point.maximum)
-    grid = cached / ((high - low) / 255)  # the grid holds 0 exactly
-    np.testing.assert_allclose(grid, np.round(grid), atol=1e-3)
-    assert len(np.unique(np.round(grid))) > 10
+    ranges = []
+    for cached, name in zip(cache, ("cache_key", "cache_value")):
+        point = layer.rounding[name]  # every cached value on its int8 grid
+        low, high = float(point.minimum), float(point.maximum)
+        grid = cached.numpy() / ((high - low) / 255)  # the grid holds 0 exactly
+        np.testing.assert_allclose(grid, np.round(grid), atol=1e-3)
+        assert len(np.unique(np.round(grid))) > 10
+        ranges.append((low, high))
+    assert ranges[0] != ranges[1]  # keys and values: a range each

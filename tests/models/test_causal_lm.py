@@ -556,8 +556,8 @@ def test_call_with_cache_needs_every_cache_tensor(cache):
     model = small("t5", num_layers=1)
     with pytest.raises(TypeError, match="cache"):
         model.call_with_cache(tokens(1, 2), cache, 0)
-    extra = model.empty_cache(1, 6) + [tf.zeros((1, 2, 6, 2, 8))]
-    with pytest.raises(TypeError, match="a list of 1 tensors"):
+    extra = model.empty_cache(1, 6) + [tf.zeros((1, 2, 6, 8))]
+    with pytest.raises(TypeError, match="a list of 2 tensors"):
         model.call_with_cache(tokens(1, 2), extra, 0)
 
 

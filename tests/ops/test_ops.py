@@ -229,28 +229,38 @@ def test_head_products_take_each_modes_faster_form_with_one_answer():
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
-def test_a_decoding_steps_products_match_numpy_without_a_matmul(dtype):
-    """One query over a cache: products and sums on the cache's own layout."""
-    q = tf.random.stateless_normal((2, 1, 3, 4), seed=(1, 1))
-    k = tf.random.stateless_normal((2, 7, 3, 4), seed=(1, 2))
-    w = tf.nn.softmax(tf.random.stateless_normal((2, 3, 1, 7), seed=(1, 3)))
-    want_logits = np.einsum("btnh,bsnh->bnts", q, k)
-    want_context = np.einsum("bnts,bsnh->btnh", w, k)
-    q, k, w = (tf.cast(x, dtype) for x in (q, k, w))
+@pytest.mark.parametrize("length,step", [(1, True), (1, False), (3, False)])
+@pytest.mark.parametrize("kv_heads", [4, 2, 1])
+def test_cached_products_read_heads_first_keys_as_numpy(dtype, length, step, kv_heads):
+    """Heads-last queries over a heads-first cache `(B, N_kv, S, H)`: query
+    head n reads key head n // G (grouped-query); the step form multiplies
+    and sums (no matmul), the others one batched matmul and no transpose of
+    the cache."""
+    q = tf.random.stateless_normal((2, length, 4, 5), seed=(1, 1))
+    k = tf.random.stateless_normal((2, kv_heads, 7, 5), seed=(1, 2))
+    v = tf.random.stateless_normal((2, kv_heads, 7, 3), seed=(1, 4))
+    w = tf.nn.softmax(tf.random.stateless_normal((2, 4, length, 7), seed=(1, 3)))
+    group = np.arange(4) // (4 // kv_heads)  # the key head of each query head
+    want_logits = np.einsum("btnh,bnsh->bnts", q, np.asarray(k)[:, group])
+    want_context = np.einsum("bnts,bnsh->btnh", w, np.asarray(v)[:, group])
+    q, k, v, w = (tf.cast(x, dtype) for x in (q, k, v, w))
+    step = step and kv_heads == 4
 
-    def both(q, k, w):
-        return ops.attention.step_logits(q, k), ops.attention.step_context(w, k)
+    def both(q, k, v, w):
+        logits = ops.attention.cached_logits(q, k, step)
+        return logits, ops.attention.cached_context(w, v, step)
 
-    step = tf.function(both)
-    types = {
-        op.type for op in step.get_concrete_function(q, k, w).graph.get_operations()
-    }
-    assert not {"BatchMatMulV2", "Einsum"} & types
-    logits, context = step(q, k, w)
+    graph = tf.function(both).get_concrete_function(q, k, v, w).graph
+    matmuls = [op for op in graph.get_operations() if op.type == "BatchMatMulV2"]
+    assert len(matmuls) == (0 if step else 2)
+    cache = {id(t) for t in graph.inputs[1:3]}  # the keys and the values
+    moved = [op.inputs[0] for op in graph.get_operations() if op.type == "Transpose"]
+    assert not cache & {id(t) for t in moved}  # the cache is read where it lies
+    logits, context = tf.function(both)(q, k, v, w)
     assert logits.dtype == dtype and context.dtype == dtype
     atol = 1e-5 if dtype == "float32" else 1e-2
-    np.testing.assert_allclose(logits, want_logits, atol=atol)
-    np.testing.assert_allclose(context, want_context, atol=atol)
+    np.testing.assert_allclose(logits, want_logits, atol=atol, rtol=1e-2)
+    np.testing.assert_allclose(context, want_context, atol=atol, rtol=1e-2)
 
 
 @pytest.mark.parametrize("jit", [False, True])

@@ -1,0 +1,508 @@
+"""Causal LMs bundled as `.litertlm` for LiteRT-LM, the on-device LM engine.
+
+`convert_litert_lm` writes one file the engine (`litert_lm.Engine`, the
+`litert-lm run` CLI, phones' LiteRT-LM) loads as it is: a TFLite model with
+the engine's signatures, a tokenizer and the LLM metadata. The signatures
+(read by the engine by name):
+
+- `prefill_<N>` for each prefill length N: inputs `tokens` int32 `(1, N)`,
+  `input_pos` int32 `(N,)` and the caches; outputs the caches. A chunk
+  continues from the caches it is given at `input_pos[0]` (the engine
+  splits a prompt over the lengths and pads the last chunk with token 0
+  and position 0: the padded tokens land past the prompt, in slots each
+  later decode step writes before it reads them);
+- `decode`: inputs `tokens` `(1, 1)`, `input_pos` `(1,)` and the caches;
+  outputs `logits` float32 `(1, 1, V)` and the caches.
+
+The caches are `kv_cache_k_<i>` and `kv_cache_v_<i>` for the i-th attention,
+`(1, N, S, H)` float32 each: the attention layer's own heads-first cache
+(`keras_posenc.ops.cache`), so no step moves a cached key. The engine binds
+one buffer as a cache's input and output and zero-fills it at the start.
+S is `max_num_tokens` plus the longest prefill length (room for a padded
+last chunk).
+"""
+
+import io
+import json
+import os
+import pathlib
+import tempfile
+
+import numpy as np
+import tensorflow as tf
+
+import keras_posenc
+from keras_posenc.models import CausalLM
+from keras_posenc.ops.cache import static_decoding
+from keras_posenc.training.quantization import check_float32
+from tflite_export.c_array import atomic_write, check_targets
+from tflite_export.causal_lm import check_cache_length, check_calibration_ids
+from tflite_export.convert import (
+    FLOAT32_PURPOSE,
+    ExportError,
+    reading_saved_signatures,
+    refuse_float_only_layers,
+    run_converter,
+    save_for_converter,
+)
+from tflite_export.convert import frozen as freeze
+
+#: The modes of `convert_litert_lm`: float32; int8 weights with float
+#: activations (`"dynamic_int8"`); int8 weights and activations inside,
+#: float32 caches and logits at the signatures (`"int8_float_io"`).
+LITERT_LM_MODES = ("float32", "dynamic_int8", "int8_float_io")
+#: The prefill lengths of an export that names none.
+DEFAULT_PREFILL_LENGTHS = (16, 128)
+#: The pip extra that installs the builder and the engine.
+EXTRA = "pip install 'keras_posenc[litertlm]'"
+#: Calibration sequences read to calibrate `"int8_float_io"`.
+CALIBRATION_SEQUENCES = 8
+
+
+def convert_litert_lm(
+    model,
+    path,
+    tokenizer="bytes",
+    start_token=None,
+    stop_tokens=(),
+    max_num_tokens=None,
+    prefill_lengths=DEFAULT_PREFILL_LENGTHS,
+    mode="float32",
+    force=False,
+    calibration_ids=None,
+    streaming=None,
+):
+    """Writes a causal LM as one `.litertlm` file LiteRT-LM runs; returns its path.
+
+    `litert-lm run model.litertlm --prompt "..."` (or `litert_lm.Engine`)
+    then generates with it: the engine tokenizes the prompt, puts
+    `start_token` first, prefills, decodes and stops at a stop token or at
+    `max_num_tokens`. Every method whose cache is keys and values exports;
+    refused by name before any work: `hpn`, `hybrid` and `fox` (their
+    caches hold a convolution's inputs or a gate's sums), rotary types whose
+    frequencies read the current length (`dynamic`, `longrope`: a padded
+    prefill chunk would read its padded length), `streaming` (the engine
+    owns the positions and stops at its context limit), and full-int8
+    logits (`mode="int8"`: the engine's sampler reads float logits).
+
+    Args:
+        model: a `CausalLM` (`keras_posenc.models.build_causal_lm`).
+        path: the `.litertlm` file to write (kept unless `force`).
+        tokenizer: `"bytes"` (ids 0-255 are the bytes of UTF-8 text; ids
+            past them special tokens) or the path of an HF `tokenizer.json`.
+        start_token: int or None, the id the engine puts before a prompt.
+        stop_tokens: ints, the ids that end generation.
+        max_num_tokens: int, the engine's context (prompt plus generated
+            text). Defaults to the model's `max_length` (minus the longest
+            prefill length for `position="learned"`).
+        prefill_lengths: ints, the lengths of the `prefill_<N>` signatures.
+        mode: one of `LITERT_LM_MODES`. Defaults to `"float32"`.
+        force: bool, whether to replace an existing file. Defaults to False.
+        calibration_ids: int array `(N, L)` of real token sequences, for
+            `"int8_float_io"` (None for a quantization-aware model).
+        streaming: must be None (refused by name otherwise).
+
+    Returns:
+        The written path, as a `pathlib.Path`.
+    """
+    plan = _plan(**locals())  # every argument checked before any work
+    builder = _builder()
+    model_bytes = engine_model(
+        model, plan["cache_length"], plan["prefill_lengths"], mode, plan["ids"]
+    )
+    with tempfile.TemporaryDirectory() as folder:
+        folder = pathlib.Path(folder)
+        (folder / "model.tflite").write_bytes(model_bytes)
+        (folder / "tokenizer.json").write_text(plan["tokenizer"], encoding="utf-8")
+        (folder / "llm_metadata.pb").write_bytes(plan["metadata"])
+        bundle = builder.LitertLmFileBuilder()
+        bundle.add_tflite_model(
+            str(folder / "model.tflite"), builder.TfLiteModelType.PREFILL_DECODE
+        )
+        bundle.add_hf_tokenizer(str(folder / "tokenizer.json"))
+        bundle.add_llm_metadata(
+            str(folder / "llm_metadata.pb"),
+            supports_thinking=False,
+            supports_function_calling=False,
+        )
+        stream = io.BytesIO()
+        bundle.build(stream)
+    return atomic_write(path, stream.getvalue(), force)
+
+
+def _plan(
+    model,
+    path,
+    tokenizer,
+    start_token,
+    stop_tokens,
+    max_num_tokens,
+    prefill_lengths,
+    mode,
+    force,
+    calibration_ids,
+    streaming,
+):
+    """Every argument checked before any work; what the export needs."""
+    if not isinstance(model, CausalLM):
+        raise TypeError(
+            "`model` must be a CausalLM (keras_posenc.models.build_causal_lm). "
+            f"Received: {type(model).__name__}"
+        )
+    if mode == "int8":
+        raise ExportError(
+            "mode='int8' (full-int8 logits) cannot run in LiteRT-LM: the engine's "
+            "sampler reads float32 or float16 logits. Use mode='int8_float_io' "
+            "(int8 inside, float logits and caches) or 'dynamic_int8' (int8 "
+            "weights)"
+        )
+    if mode not in LITERT_LM_MODES:
+        raise ValueError(
+            f"`mode` must be one of {LITERT_LM_MODES}. Received: mode={mode!r}"
+        )
+    if streaming is not None:
+        raise ExportError(
+            "`streaming` must be None for LiteRT-LM: the engine owns the "
+            "positions and stops at its context limit, so a rolling cache "
+            f"never streams there. Received: streaming={streaming!r}"
+        )
+    refusal = litert_lm_blocker(model)
+    if refusal is not None:
+        raise ExportError(f"{model.name} cannot run in LiteRT-LM: {refusal}")
+    if not isinstance(path, (str, os.PathLike)) or not str(path).endswith(".litertlm"):
+        raise ValueError(
+            f"`path` must be a file name ending in '.litertlm'. Received: {path!r}"
+        )
+    check_targets([pathlib.Path(path)], force)
+    vocab = model.get_config()["vocab_size"]
+    lengths = _prefill_lengths(prefill_lengths)
+    tokens = _tokens(start_token, stop_tokens, vocab)
+    if max_num_tokens is None:
+        max_num_tokens = model.max_length
+        if model.position == "learned":
+            max_num_tokens -= max(lengths)
+    max_num_tokens = _positive_int("max_num_tokens", max_num_tokens)
+    if max_num_tokens < 2:
+        _fail("max_num_tokens", "an int >= 2", max_num_tokens)
+    cache_length = max_num_tokens + max(lengths)
+    check_cache_length(model, cache_length, "max_num_tokens + max(prefill_lengths)")
+    text = _tokenizer(tokenizer, vocab, tokens)
+    check_float32(model, None if mode != "int8_float_io" else FLOAT32_PURPOSE)
+    if mode == "int8_float_io":
+        refuse_float_only_layers(model, "int8")
+    ids = None
+    if mode == "int8_float_io":
+        if calibration_ids is None and not model.get_config().get("quantize"):
+            raise ExportError(
+                "mode='int8_float_io' needs `calibration_ids` (real token "
+                "sequences) unless the model is quantization-aware. Received: "
+                "calibration_ids=None"
+            )
+        if calibration_ids is not None:
+            ids = check_calibration_ids(model, calibration_ids)
+    elif calibration_ids is not None:
+        raise ValueError(
+            "`calibration_ids` is read by mode='int8_float_io' only. Received: "
+            f"calibration ids with mode={mode!r}"
+        )
+    _builder()  # the extra, before any work
+    return {
+        "cache_length": cache_length,
+        "prefill_lengths": lengths,
+        "tokenizer": text,
+        "metadata": llm_metadata(tokens, max_num_tokens),
+        "ids": ids,
+    }
+
+
+def litert_lm_blocker(model):
+    """Why `model` cannot run in LiteRT-LM, or None."""
+    held = sorted(set(model.cache_kinds()) - {"keys", "values"})
+    if held:
+        return (
+            f"position={model.position!r} caches {' and '.join(held)}, not keys "
+            "and values (the engine's caches are kv_cache_k_<i> and "
+            "kv_cache_v_<i>)"
+        )
+    if model.reads_current_length:
+        return (
+            "its rotary frequencies read the current length ('dynamic', "
+            "'longrope'): a padded prefill chunk would read its padded length"
+        )
+    return None
+
+
+def _fail(name, expected, received, error=ValueError):
+    raise error(f"`{name}` must be {expected}. Received: {name}={received!r}")
+
+
+def _positive_int(name, value):
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        _fail(name, "a positive int", value)
+    return int(value)
+
+
+def _prefill_lengths(prefill_lengths):
+    if isinstance(prefill_lengths, (str, bytes)) or not hasattr(
+        prefill_lengths, "__iter__"
+    ):
+        _fail("prefill_lengths", "a sequence of positive ints", prefill_lengths)
+    lengths = tuple(prefill_lengths)
+    if not lengths or len(set(lengths)) != len(lengths):
+        _fail("prefill_lengths", "one or more distinct positive ints", prefill_lengths)
+    for length in lengths:
+        _positive_int("prefill_lengths", length)
+    return tuple(sorted(lengths))
+
+
+def _tokens(start_token, stop_tokens, vocab):
+    """`(start, stops)` checked against the vocabulary."""
+    if isinstance(stop_tokens, (int, np.integer)):
+        stop_tokens = (stop_tokens,)
+    stops = tuple(stop_tokens)
+    for name, values in (
+        ("start_token", () if start_token is None else (start_token,)),
+        ("stop_tokens", stops),
+    ):
+        for value in values:
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+                _fail(name, "int token ids", value, error=TypeError)
+            if not 0 <= value < vocab:
+                _fail(name, f"ids in [0, vocab_size={vocab})", value)
+    return (
+        None if start_token is None else int(start_token),
+        tuple(int(s) for s in stops),
+    )
+
+
+def byte_tokenizer(vocab_size, start_token=None, stop_tokens=()):
+    """An HF `tokenizer.json` (text) mapping byte b to id b, for `vocab_size` ids.
+
+    A byte-level BPE with no merges: each UTF-8 byte of a text is one token,
+    id = the byte. Ids past 255 are special tokens: `<bos>` for
+    `start_token`, `<eos>` (`<eos_1>`, ...) for the stop tokens, `<extra_i>`
+    for the others.
+    """
+    if vocab_size < 256:
+        _fail(
+            "tokenizer", "a tokenizer.json path for a vocabulary under 256 ids", "bytes"
+        )
+    vocab = {char: byte for byte, char in _byte_chars().items()}
+    special, stops = [], list(stop_tokens)
+    for index in range(256, vocab_size):
+        if index == start_token:
+            name = "<bos>"
+        elif index in stops:
+            rank = stops.index(index)
+            name = "<eos>" if rank == 0 else f"<eos_{rank}>"
+        else:
+            name = f"<extra_{index}>"
+        vocab[name] = index
+        special.append(
+            {
+                "id": index,
+                "content": name,
+                "single_word": False,
+                "lstrip": False,
+                "rstrip": False,
+                "normalized": False,
+                "special": True,
+            }
+        )
+    level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False}
+    document = {
+        "version": "1.0",
+        "truncation": None,
+        "padding": None,
+        "added_tokens": special,
+        "normalizer": None,
+        "pre_tokenizer": dict(level, use_regex=False),
+        "post_processor": None,
+        "decoder": dict(level, use_regex=False),
+        "model": {
+            "type": "BPE",
+            "dropout": None,
+            "unk_token": None,
+            "continuing_subword_prefix": None,
+            "end_of_word_suffix": None,
+            "fuse_unk": False,
+            "byte_fallback": False,
+            "vocab": vocab,
+            "merges": [],
+        },
+    }
+    return json.dumps(document, ensure_ascii=False)
+
+
+def _byte_chars():
+    """Byte -> the printable character byte-level BPE writes it as (GPT-2's map)."""
+    kept = [*range(33, 127), *range(161, 173), *range(174, 256)]
+    chars, shift = {}, 0
+    for byte in range(256):
+        if byte in kept:
+            chars[byte] = chr(byte)
+        else:
+            chars[byte] = chr(256 + shift)
+            shift += 1
+    return chars
+
+
+def _tokenizer(tokenizer, vocab, tokens):
+    if isinstance(tokenizer, str) and tokenizer == "bytes":
+        return byte_tokenizer(vocab, *tokens)
+    if not isinstance(tokenizer, (str, os.PathLike)) or not str(tokenizer).endswith(
+        ".json"
+    ):
+        _fail("tokenizer", "'bytes' or the path of an HF tokenizer.json", tokenizer)
+    source = pathlib.Path(tokenizer)  # never `path` (a .litertlm)
+    if not source.is_file():
+        _fail("tokenizer", "an existing tokenizer.json file", str(source))
+    text = source.read_text(encoding="utf-8")
+    try:
+        json.loads(text)
+    except ValueError as error:
+        _fail("tokenizer", f"a JSON file ({error})", str(source))
+    return text
+
+
+def llm_metadata(tokens, max_num_tokens):
+    """The serialized `LlmMetadata` proto: tokens, context, greedy sampler."""
+    from litert_lm_builder.runtime.proto import (
+        llm_metadata_pb2,
+        llm_model_type_pb2,
+        sampler_params_pb2,
+    )
+
+    start, stops = tokens
+    metadata = llm_metadata_pb2.LlmMetadata()
+    if start is not None:
+        metadata.start_token.token_ids.ids.append(start)
+    for stop in stops:
+        metadata.stop_tokens.add().token_ids.ids.append(stop)
+    metadata.max_num_tokens = max_num_tokens
+    metadata.llm_model_type.CopyFrom(
+        llm_model_type_pb2.LlmModelType(generic_model=llm_model_type_pb2.GenericModel())
+    )
+    sampler = metadata.sampler_params
+    sampler.type = sampler_params_pb2.SamplerParameters.TOP_P  # k=1: greedy
+    sampler.k, sampler.p, sampler.temperature = 1, 1.0, 1.0
+    metadata.supports_thinking = False
+    metadata.supports_function_calling = False
+    return metadata.SerializeToString()
+
+
+def _builder():
+    try:
+        import litert_lm_builder
+    except ImportError as error:
+        raise ImportError(
+            f"convert_litert_lm needs litert-lm-builder: {EXTRA}"
+        ) from error
+    return litert_lm_builder
+
+
+def cache_names(model):
+    """The engine's cache names, in the model's cache order."""
+    kinds = model.cache_kinds()
+    return [f"kv_cache_{kind[0]}_{i // 2}" for i, kind in enumerate(kinds)]
+
+
+def engine_model(model, cache_length, prefill_lengths, mode="float32", ids=None):
+    """TFLite bytes with the engine's `prefill_<N>` and `decode` signatures."""
+    names = cache_names(model)
+    shapes = model.cache_shapes(1, cache_length)
+    specs = {
+        name: tf.TensorSpec(shape, tf.float32, name=name)
+        for name, shape in zip(names, shapes)
+    }
+
+    def run(tokens, input_pos, caches):
+        ordered = [caches[name] for name in names]
+        logits, ordered = model.call_with_cache(tokens, ordered, input_pos[0])
+        return logits, dict(zip(names, ordered))
+
+    def decode(tokens, input_pos, **caches):
+        logits, caches = run(tokens, input_pos, caches)
+        return {"logits": tf.cast(logits, tf.float32), **caches}
+
+    def prefill(tokens, input_pos, **caches):
+        return run(tokens, input_pos, caches)[1]
+
+    keys = [f"prefill_{n}" for n in prefill_lengths] + ["decode"]
+    with tempfile.TemporaryDirectory() as folder:
+        saved = os.path.join(folder, "saved_model")
+        with keras_posenc.ops.bounded_masking(), static_decoding():
+            signatures = {}
+            for key in keys:
+                length = 1 if key == "decode" else int(key.split("_")[1])
+                function = decode if key == "decode" else prefill
+                signatures[key] = tf.function(function).get_concrete_function(
+                    tf.TensorSpec((1, length), tf.int32, name="tokens"),
+                    tf.TensorSpec((length,), tf.int32, name="input_pos"),
+                    **specs,
+                )
+            frozen = {key: freeze(function) for key, function in signatures.items()}
+            save_for_converter(saved, frozen)
+        with reading_saved_signatures():
+            converter = tf.lite.TFLiteConverter.from_saved_model(
+                saved, signature_keys=keys
+            )
+        if mode != "float32":
+            converter.optimizations = [tf.lite.Optimize.DEFAULT]
+        if mode == "int8_float_io" and ids is not None:
+            converter.representative_dataset = _calibration(
+                model, ids, cache_length, prefill_lengths, names
+            )
+        return run_converter(converter, mode)
+
+
+def prefill_plan(prefill_lengths, length):
+    """`[(signature length, tokens)]`: how the engine splits `length` tokens.
+
+    The longest signature while the rest fills it, then the shortest one
+    that holds what is left (padded).
+    """
+    lengths = sorted(prefill_lengths)
+    plan = []
+    while length >= lengths[-1]:
+        plan.append((lengths[-1], lengths[-1]))
+        length -= lengths[-1]
+    if length > 0:
+        plan.append((next(n for n in lengths if n >= length), length))
+    return plan
+
+
+def _calibration(model, ids, cache_length, prefill_lengths, names):
+    """Representative `(signature, inputs)` pairs: engine calls on real text."""
+    samples = []
+    for row in ids[:CALIBRATION_SEQUENCES]:
+        row = row[: cache_length - max(prefill_lengths)]
+        prompt = max(1, len(row) // 2)
+        cache = model.empty_cache(1, cache_length)
+        position = 0
+        for size, count in prefill_plan(prefill_lengths, prompt):
+            tokens = np.zeros((1, size), np.int32)
+            tokens[0, :count] = row[position : position + count]
+            where = np.zeros(size, np.int32)
+            where[:count] = np.arange(position, position + count)
+            inputs = {"tokens": tokens, "input_pos": where}
+            inputs.update({n: c.numpy() for n, c in zip(names, cache)})
+            samples.append((f"prefill_{size}", inputs))
+            _, cache = model.call_with_cache(tf.constant(tokens), cache, position)
+            position += count
+        for token in row[prompt:]:
+            inputs = {
+                "tokens": np.array([[token]], np.int32),
+                "input_pos": np.array([position], np.int32),
+            }
+            inputs.update({n: c.numpy() for n, c in zip(names, cache)})
+            samples.append(("decode", inputs))
+            _, cache = model.call_with_cache(
+                tf.constant(inputs["tokens"]), cache, position
+            )
+            position += 1
+
+    def generator():
+        yield from samples
+
+    return generator
