@@ -11,6 +11,7 @@ from benchmarks import (
     edge,
     fire,
     generate,
+    litertlm,
     lm,
     lm_edge,
     local,
@@ -43,6 +44,7 @@ BENCHMARKS = {
     "fire": fire,
     "lm_edge": lm_edge,
     "generate": generate,
+    "litertlm": litertlm,
     "streaming": streaming,
     "packed": packed,
     "qat": qat,  # both parts; each alone:

@@ -3,6 +3,7 @@
 import os
 import pathlib
 import re
+import shlex
 import subprocess
 import sys
 
@@ -12,7 +13,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 
 #: The docs that hold Python blocks, with how many: a new block needs a test.
-BLOCKS = {"layers.md": 1, "lm_on_device.md": 2}
+BLOCKS = {"layers.md": 1, "lm_on_device.md": 2, "phones.md": 1}
 
 
 def python_blocks(name):
@@ -49,6 +50,23 @@ def test_the_microcontroller_guide_runs_from_training_to_the_firmware_files(tmp_
     written = {"lm.tflite", "lm.cc", "lm.h", "lm_decode.h"}
     assert written <= {path.name for path in tmp_path.iterdir()}
     assert "| TFLM == LiteRT | True |" in run.stdout
+
+
+@pytest.mark.slow
+def test_the_phone_guide_runs_from_training_to_the_engine_and_its_cli(tmp_path):
+    """Its block (train, one call, the engine's text equal to Keras'), then
+    its `litert-lm run` command on the file it wrote."""
+    pytest.importorskip("litert_lm", reason="needs litert-lm-api (LiteRT-LM)")
+    run = _run([sys.executable, "-c", python_blocks("phones.md")[0]], tmp_path)
+    assert run.stdout.splitlines()[-1] == "True", run.stdout[-2000:]
+    doc = (DOCS / "phones.md").read_text()
+    command = re.search(r"```\n(litert-lm run .*?)\n```", doc, re.S).group(1)
+    cli = pathlib.Path(sys.executable).with_name("litert-lm")
+    if not cli.exists():
+        pytest.skip("needs the litert-lm CLI (the litertlm extra)")
+    words = shlex.split(command)
+    run = _run([str(cli), *words[1:]], tmp_path)
+    assert run.stdout.strip(), run.stderr[-2000:]
 
 
 def _run(command, folder):

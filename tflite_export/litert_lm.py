@@ -22,6 +22,7 @@ S is `max_num_tokens` plus the longest prefill length (room for a padded
 last chunk).
 """
 
+import hashlib
 import io
 import json
 import os
@@ -453,7 +454,56 @@ def engine_model(model, cache_length, prefill_lengths, mode="float32", ids=None)
             converter.representative_dataset = _calibration(
                 model, ids, cache_length, prefill_lengths, names
             )
-        return run_converter(converter, mode)
+        model_bytes = share_identical_buffers(run_converter(converter, mode))
+    if mode != "float32":
+        _check_int8_kernels(model_bytes)
+    return model_bytes
+
+
+def _check_int8_kernels(model_bytes):
+    """Raises unless every signature's matmul kernels are int8."""
+    from tensorflow.lite.tools import flatbuffer_utils
+
+    model = flatbuffer_utils.convert_bytearray_to_object(bytearray(model_bytes))
+    for signature in model.signatureDefs:
+        key = signature.signatureKey.decode()
+        graph = model.subgraphs[signature.subgraphIndex]
+        for op in graph.operators:
+            name = flatbuffer_utils.opcode_to_name(model, op.opcodeIndex)
+            if name == "FULLY_CONNECTED" and graph.tensors[op.inputs[1]].type == 0:
+                raise ExportError(
+                    f"The converter left signature {key!r} float32 (a float "
+                    "FULLY_CONNECTED kernel): it saw no calibration sample"
+                )
+
+
+def share_identical_buffers(model_bytes):
+    """`model_bytes` with tensors of identical constant data on one buffer.
+
+    The converter shares a float weight among the signatures that read it,
+    but gives each signature its own copy of a quantized one: three copies
+    of every int8 kernel in a `prefill_16`, `prefill_128`, `decode` model.
+    Tensors keep their own types and ranges; only equal bytes are shared.
+    """
+    from tensorflow.lite.tools import flatbuffer_utils
+
+    model = flatbuffer_utils.convert_bytearray_to_object(bytearray(model_bytes))
+    kept = {entry.buffer for entry in model.metadata or ()}
+    first, moved = {}, {}
+    for index, buffer in enumerate(model.buffers):
+        if index in kept or buffer.data is None or len(buffer.data) == 0:
+            continue
+        key = hashlib.sha256(np.asarray(buffer.data, np.uint8).tobytes()).digest()
+        moved[index] = first.setdefault(key, index)
+    moved = {old: new for old, new in moved.items() if old != new}
+    if not moved:
+        return model_bytes
+    for graph in model.subgraphs:
+        for tensor in graph.tensors:
+            tensor.buffer = moved.get(tensor.buffer, tensor.buffer)
+    for index in moved:
+        model.buffers[index].data = None
+    return bytes(flatbuffer_utils.convert_object_to_bytearray(model))
 
 
 def prefill_plan(prefill_lengths, length):
@@ -473,26 +523,30 @@ def prefill_plan(prefill_lengths, length):
 
 
 def _calibration(model, ids, cache_length, prefill_lengths, names):
-    """Representative `(signature, inputs)` pairs: engine calls on real text."""
+    """Representative `(signature, inputs)` pairs: engine calls on real text.
+
+    Sequence k opens with one chunk of the k-th prefill length (cycling, so
+    every signature is calibrated: one without samples stays float), holding
+    up to half of it (padded as the engine pads), then decodes the rest.
+    """
+    rows = ids[:CALIBRATION_SEQUENCES]
     samples = []
-    for row in ids[:CALIBRATION_SEQUENCES]:
-        row = row[: cache_length - max(prefill_lengths)]
-        prompt = max(1, len(row) // 2)
+    for k in range(max(len(rows), len(prefill_lengths))):
+        row = rows[k % len(rows)][: cache_length - max(prefill_lengths)]
+        size = prefill_lengths[k % len(prefill_lengths)]
+        count = min(size, max(1, len(row) // 2))
+        tokens = np.zeros((1, size), np.int32)
+        tokens[0, :count] = row[:count]
+        where = np.zeros(size, np.int32)
+        where[:count] = np.arange(count)
         cache = model.empty_cache(1, cache_length)
-        position = 0
-        for size, count in prefill_plan(prefill_lengths, prompt):
-            tokens = np.zeros((1, size), np.int32)
-            tokens[0, :count] = row[position : position + count]
-            where = np.zeros(size, np.int32)
-            where[:count] = np.arange(position, position + count)
-            inputs = {"tokens": tokens, "input_pos": where}
-            inputs.update({n: c.numpy() for n, c in zip(names, cache)})
-            samples.append((f"prefill_{size}", inputs))
-            _, cache = model.call_with_cache(tf.constant(tokens), cache, position)
-            position += count
-        for token in row[prompt:]:
+        inputs = {"tokens": tokens, "input_pos": where}
+        inputs.update({n: c.numpy() for n, c in zip(names, cache)})
+        samples.append((f"prefill_{size}", inputs))
+        _, cache = model.call_with_cache(tf.constant(tokens), cache, 0)
+        for position in range(count, len(row)):
             inputs = {
-                "tokens": np.array([[token]], np.int32),
+                "tokens": np.array([[row[position]]], np.int32),
                 "input_pos": np.array([position], np.int32),
             }
             inputs.update({n: c.numpy() for n, c in zip(names, cache)})
@@ -500,7 +554,6 @@ def _calibration(model, ids, cache_length, prefill_lengths, names):
             _, cache = model.call_with_cache(
                 tf.constant(inputs["tokens"]), cache, position
             )
-            position += 1
 
     def generator():
         yield from samples

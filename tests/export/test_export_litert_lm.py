@@ -214,6 +214,24 @@ def test_rotary_scalings_of_fixed_frequencies_export(rope_type):
         assert emulator.generate([BOS, *text.encode()], 10) == want, text
 
 
+@pytest.mark.slow
+def test_a_signature_left_float_by_the_calibration_is_refused(monkeypatch):
+    from tflite_export import litert_lm
+
+    pytest.importorskip("ai_edge_litert", reason="needs ai-edge-litert (LiteRT)")
+    real = litert_lm._calibration
+
+    def decode_only(*args):
+        samples = [s for s in real(*args)() if s[0] == "decode"]
+        return lambda: iter(samples)
+
+    monkeypatch.setattr(litert_lm, "_calibration", decode_only)
+    model = ascii_lm("alibi")
+    ids = np.random.default_rng(0).integers(0, 256, (4, 12))
+    with pytest.raises(ExportError, match="left signature 'prefill_4' float32"):
+        engine_model(model, 24, (4,), "int8_float_io", ids)
+
+
 @pytest.fixture(scope="module")
 def bundles(tmp_path_factory):
     pytest.importorskip("litert_lm_builder", reason="needs litert-lm-builder")
@@ -267,6 +285,7 @@ def test_the_bundle_holds_the_engines_signatures_tokenizer_and_metadata(bundles)
         assert outputs["logits"]["dtype"] == np.float32, mode
     sizes = {mode: len(read_litert_lm(path)["tflite"]) for mode, path in paths.items()}
     assert sizes["dynamic_int8"] < sizes["float32"] * 0.75, sizes
+    assert sizes["int8_float_io"] < sizes["float32"] * 0.85, sizes  # shared kernels
 
 
 @pytest.mark.slow
