@@ -37,17 +37,22 @@ def ours():
 
 
 def theirs(jit_compile):
+    return gpt2(VOCAB, WIDTH, LAYERS, HEADS, TOTAL, jit_compile)
+
+
+def gpt2(vocab, width, layers, heads, length, jit_compile=False):
+    """keras-hub's greedy `GPT2CausalLM` of a shape (random weights, seeded)."""
     import keras_hub
 
     tf.keras.utils.set_random_seed(0)
     backbone = keras_hub.models.GPT2Backbone(
-        vocabulary_size=VOCAB,
-        num_layers=LAYERS,
-        num_heads=HEADS,
-        hidden_dim=WIDTH,
-        intermediate_dim=2 * WIDTH,
+        vocabulary_size=vocab,
+        num_layers=layers,
+        num_heads=heads,
+        hidden_dim=width,
+        intermediate_dim=2 * width,
         dropout=0.0,
-        max_sequence_length=TOTAL,
+        max_sequence_length=length,
     )
     model = keras_hub.models.GPT2CausalLM(backbone=backbone, preprocessor=None)
     model.compile(sampler="greedy", jit_compile=jit_compile)

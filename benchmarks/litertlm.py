@@ -21,13 +21,12 @@ signatures 16 and 128). Rates, one process, after a warm-up call of each:
 
 import pathlib
 import tempfile
-import time
 
 import numpy as np
 import tensorflow as tf
 
-from benchmarks import peers
-from benchmarks._common import write
+from benchmarks import generate, peers
+from benchmarks._common import median_seconds, write
 from keras_posenc.data.language_modeling import pydoc_bytes
 from keras_posenc.models import build_causal_lm
 
@@ -64,20 +63,10 @@ def _prompt(length):
     return [BOS, *text[1000 : 1000 + length - 1].tolist()]
 
 
-def _median(fn, repeats=5):
-    fn()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return float(np.median(times))
-
-
-def _rates(generate, prompt_length):
-    """(prefill, decode) tokens/s of `generate(new_tokens)`."""
-    one = _median(lambda: generate(1))
-    many = _median(lambda: generate(NEW))
+def _rates(run_for, prompt_length):
+    """(prefill, decode) tokens/s of `run_for(new_tokens)`."""
+    one = median_seconds(lambda: run_for(1), warmup=1)
+    many = median_seconds(lambda: run_for(NEW), warmup=1)
     decode = (NEW - 1) / (many - one) if many > one else float("nan")
     return prompt_length / one, decode
 
@@ -122,24 +111,6 @@ def _agreement(litert_lm, path, model):
         total += len(want)
     engine.close()
     return same / total
-
-
-def _keras_hub(quick):
-    import keras_hub
-
-    tf.keras.utils.set_random_seed(0)
-    backbone = keras_hub.models.GPT2Backbone(
-        vocabulary_size=VOCAB,
-        num_layers=LAYERS,
-        num_heads=HEADS,
-        hidden_dim=WIDTH,
-        intermediate_dim=2 * WIDTH,
-        dropout=0.0,
-        max_sequence_length=CONTEXT,
-    )
-    peer = keras_hub.models.GPT2CausalLM(backbone=backbone, preprocessor=None)
-    peer.compile(sampler="greedy")
-    return peer
 
 
 def run(quick):
@@ -197,7 +168,7 @@ def run(quick):
         ["Keras `generate` (one compiled loop)", "-", *(f"{r:.0f}" for r in rates)]
     )
     if peers.available():
-        peer = _keras_hub(quick)
+        peer = generate.gpt2(VOCAB, WIDTH, LAYERS, HEADS, CONTEXT)
         padded = np.zeros((1, CONTEXT), "int32")
         padded[0, : len(prompt)] = prompt
 
