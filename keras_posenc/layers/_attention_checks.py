@@ -33,10 +33,17 @@ ARGUMENTS = (
     "contextual_position",
     "attention_options",
 )
-#: What `attention_options` holds: the pattern, and LSH's hashing.
-ATTENTION_KEYS = ("attention_window", "attention_type", *LSH_OPTIONS)
+#: What `attention_options` holds: the pattern, LSH's hashing, and the key
+#: and value heads of grouped-query attention.
+ATTENTION_KEYS = (
+    "attention_window",
+    "attention_type",
+    *LSH_OPTIONS,
+    "num_key_value_heads",
+)
 #: The attention options, as attributes of the layer.
 LSH_FIELDS = ("attention_window", "attention_type", *LSH_OPTIONS)
+OPTION_FIELDS = (*LSH_FIELDS, "num_key_value_heads")
 
 
 def check_arguments(overrides_attention, kwargs, arguments):
@@ -117,14 +124,6 @@ def check_arguments(overrides_attention, kwargs, arguments):
             "None with `quantize=True` (it counts over the logits in float)",
             contextual_position,
         )
-    if quantize_cache and value_dim not in (None, key_dim):
-        _checks.fail(
-            "quantize",
-            "True, not 'cache', unless value_dim is None or key_dim (keys "
-            "and values share one cache tensor)",
-            quantize,
-            fix=f"Received value_dim={value_dim}",
-        )
     lsh = check_lsh(
         attention_type,
         dict(
@@ -141,9 +140,37 @@ def check_arguments(overrides_attention, kwargs, arguments):
             num_hashes=num_hashes, bucket_size=bucket_size, hash_seed=hash_seed
         )
     given["attention_window"] = attention_window  # checked
+    num_key_value_heads = check_key_value_heads(
+        given.get("num_key_value_heads"), num_heads, attention_type
+    )
     attention_options = {k: v for k, v in given.items() if v is not None} or None
     checked = locals()
-    return {name: checked[name] for name in ARGUMENTS + LSH_FIELDS}
+    return {name: checked[name] for name in ARGUMENTS + OPTION_FIELDS}
+
+
+def check_key_value_heads(num_key_value_heads, num_heads, attention_type="dense"):
+    """The key and value heads (`num_heads` when None): a divisor of `num_heads`.
+
+    Grouped-query attention (keras-hub's and HF's `num_key_value_heads`):
+    query head n reads key and value head `n // (num_heads / kv_heads)`.
+    """
+    if num_key_value_heads is None:
+        return num_heads
+    kv_heads = _checks.positive_int("num_key_value_heads", num_key_value_heads)
+    if num_heads % kv_heads:
+        _checks.fail(
+            "num_key_value_heads",
+            f"a divisor of num_heads={num_heads}",
+            num_key_value_heads,
+        )
+    if kv_heads != num_heads and attention_type == "lsh":
+        _checks.fail(
+            "num_key_value_heads",
+            f"None or num_heads={num_heads} with attention_type='lsh' (its "
+            "keys are the queries' own heads)",
+            num_key_value_heads,
+        )
+    return kv_heads
 
 
 class AttentionChecks:

@@ -127,7 +127,8 @@ class CachedDecoding:
         step forms and a written-out softmax.
         """
         swap = ops.attention.swap_heads
-        if self._custom_attention:
+        if self._custom_attention:  # one key and value head per query head
+            keys, values = (self._every_query_head(x, axis=1) for x in (keys, values))
             context, _ = self.compute_attention(swap(q), keys, values, bias, mask)
             return swap(context)
         r = rounder(self.rounding, None)
@@ -256,6 +257,7 @@ class CachedDecoding:
         if self._scale_in_rotation():
             scale *= self._query_scale
         cos, sin = cos * scale, sin * scale
+        keys = self._every_query_head(keys, axis=1)  # grouped-query: repeated
         return ops.rotary.turned_logits(q, keys, cos, sin, self.rotary.interleaved)
 
     def _check_cache(self, query, cache, cache_update_index, **call_arguments):
@@ -265,7 +267,9 @@ class CachedDecoding:
                 "`cache_update_index` must be given with `cache` (the position of "
                 "the first new token). Received: cache_update_index=None"
             )
-        slots = _check_cache_shape(cache, self.num_heads, self.key_dim, self.value_dim)
+        slots = _check_cache_shape(
+            cache, self.num_key_value_heads, self.key_dim, self.value_dim
+        )
         _check_cache_index(cache_update_index, query.shape[1], slots)
         cope = self.contextual_position
         if cope is not None and cope.bidirectional:

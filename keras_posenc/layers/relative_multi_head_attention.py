@@ -22,10 +22,12 @@ from keras_posenc._compat import (
     register,
     serialize_layer,
 )
-from keras_posenc.layers._attention_checks import (
+from keras_posenc.layers._attention_checks import (  # noqa: F401 (re-exported)
     ARGUMENTS,
+    ATTENTION_KEYS,
     AttentionChecks,
     check_arguments,
+    check_key_value_heads,
 )
 from keras_posenc.layers._cached_decoding import CACHE_POINTS, CachedDecoding, _plus
 from keras_posenc.layers._local_attention import LocalAttention
@@ -103,9 +105,9 @@ class RelativeMultiHeadAttention(
             values, as a decoding export's int8 cache). Defaults to `False`.
         contextual_position: a `ContextualPosition` (CoPE), a term computed
             from the scaled queries and the logits. Defaults to `None`.
-        attention_options: dict of `attention_window` (block-local W),
-            `attention_type` (`"dense"`, `"lsh"`) and LSH's `num_hashes`,
-            `bucket_size`, `hash_seed`; each also a keyword. Defaults to `None`.
+        attention_options: dict of `attention_window` (block W), `attention_type`, LSH's
+            `num_hashes`, `bucket_size`, `hash_seed`, `num_key_value_heads`
+            (grouped-query); each a keyword too. Defaults to `None`.
 
     Call arguments:
         query: tensor `(B, T, Dq)`.
@@ -182,11 +184,14 @@ class RelativeMultiHeadAttention(
     def build(self, query_shape, value_shape=None, key_shape=None):
         width = _checks.known_width(query_shape, "query")
         heads_v = self.num_heads * (self.value_dim or self.key_dim)
+        kv_heads = self.num_key_value_heads
         self._query_dense = self._dense(self.num_heads * self.key_dim, "query")
         self._key_dense = None  # LSH: the keys are the queries' projection
         if self.attention_type != "lsh":
-            self._key_dense = self._dense(self.num_heads * self.key_dim, "key")
-        self._value_dense = self._dense(heads_v, "value")
+            self._key_dense = self._dense(kv_heads * self.key_dim, "key")
+        self._value_dense = self._dense(
+            kv_heads * (self.value_dim or self.key_dim), "value"
+        )
         self._output_dense = self._dense(self.output_dim or width, "attention_output")
         build_sublayer(self._query_dense, query_shape)
         if value_shape is None and IS_KERAS_3:
@@ -414,16 +419,15 @@ class RelativeMultiHeadAttention(
         (on their cos and sin, `(T, r/2)`, one product fewer per call).
         """
         shared = self._key_dense is None  # LSH: keys are the query heads
+        kv_heads = self.num_key_value_heads  # grouped-query: fewer key heads
         q, k, v = (
             None
             if dense is None
-            else tf.reshape(
-                dense(x, training=training), [-1, dim(x, 1), self.num_heads, size]
-            )
-            for dense, x, size in (
-                (self._query_dense, query, self.key_dim),
-                (self._key_dense, key, self.key_dim),
-                (self._value_dense, value, self.value_dim or self.key_dim),
+            else tf.reshape(dense(x, training=training), [-1, dim(x, 1), heads, size])
+            for dense, x, heads, size in (
+                (self._query_dense, query, self.num_heads, self.key_dim),
+                (self._key_dense, key, kv_heads, self.key_dim),
+                (self._value_dense, value, kv_heads, self.value_dim or self.key_dim),
             )
         )
         k = q if shared else k
@@ -484,6 +488,12 @@ class RelativeMultiHeadAttention(
         dropped = self._dropout_layer(weights, training=training)
         return r("context", ops.attention.head_context(dropped, v)), weights
 
+    def _every_query_head(self, x, axis=2):
+        """Key or value heads repeated to one per query head (grouped-query
+        attention: head n reads `n // G`); as they are without groups."""
+        groups = self.num_heads // self.num_key_value_heads
+        return x if groups == 1 else tf.repeat(x, groups, axis=axis)
+
     def _weights(self, logits, bias, mask, training=None, step=False):
         """Float32 softmax of `logits + bias` over the keys, masked.
 
@@ -530,6 +540,7 @@ class RelativeMultiHeadAttention(
         """
         query, key = inputs
         query_mask, value_mask, key_mask = masks
+        heads = (heads[0], *(self._every_query_head(x) for x in heads[1:]))
         keys = ops.combine_masks(1, 1, value_mask=value_mask, key_mask=key_mask)
         if keys is not None:  # masked values never reach an output, even NaN
             keys = keys[:, 0]  # (B, S)

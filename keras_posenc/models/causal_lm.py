@@ -54,18 +54,18 @@ class CausalLM(SegmentIdsCheck, Generating, keras.Model):
         position_options: dict, as in `build_encoder` (`max_length`: the
             longest text `"learned"` reads or generates; look-ahead options
             refused). Defaults to `None`.
-        attention_options: dict, the attention concern: `attention_window`
-            (block-local causal attention; generation keeps the band).
-            Defaults to `None`.
+        attention_options: dict, the attention concern: `attention_window` (block-local;
+            generation keeps the band), `num_key_value_heads` (grouped-query: a
+            cache of that many key heads). Defaults to `None`.
         quantize: bool, quantization-aware training: every tensor the int8
             decoding export rounds, caches included, on learned ranges
             (`QUANTIZED_METHODS`; `tflite_export.quantize_aware`). Defaults to `False`.
         packed: bool, train on packed rows `{"token_ids", "segment_ids"}`
             (`language_modeling.pack`): each document reads as alone
             (`docs/language_models.md`). Defaults to `False`.
-        **kwargs: `name` (default `"causal_lm"`), `trainable`, and the old
-            keywords (`max_length`, `attention_window`,
-            `share_position_bias`), forwarded into the option dicts.
+        **kwargs: `name` (default `"causal_lm"`), `trainable`, and the old keywords
+            (`max_length`, `attention_window`, `share_position_bias`,
+            `num_key_value_heads`, ...), forwarded into the option dicts.
 
     Example:
 

@@ -66,8 +66,8 @@ def build_encoder(
         position_options: dict of the method's layers' options
             (`METHODS[position].options`), `max_length` (512), `grid_shape`
             and `share_position_bias` (`docs/layers.md`). Defaults to `None`.
-        attention_options: dict of `attention_window`, `attention_type`
-            and LSH's options, as the attention takes it
+        attention_options: dict of `attention_window`, `attention_type`, LSH's
+            options and `num_key_value_heads`, as the attention takes it
             (`docs/attention.md`). Defaults to `None` (dense).
         mask_zero: bool, token 0 is padding (a Keras mask). Defaults to `False`.
         packed: bool, the model takes packed rows `{"token_ids",

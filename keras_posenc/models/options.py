@@ -7,14 +7,15 @@ into them, for `TransformerStack`, the encoder builders and `CausalLM` alike.
 """
 
 from keras_posenc import _checks
-from keras_posenc.layers.relative_multi_head_attention import LSH_OPTIONS
+from keras_posenc.layers.relative_multi_head_attention import ATTENTION_KEYS
 
 #: `max_length` when neither `position_options` nor the old keyword sets it.
 DEFAULT_MAX_LENGTH = 512
 #: The stack's own keys of `position_options` (the rest go to the method's layers).
 POSITION_KEYS = ("max_length", "grid_shape", "share_position_bias")
-#: The keys of `attention_options`: the pattern, and LSH's hashing.
-ATTENTION_KEYS = ("attention_window", "attention_type", *LSH_OPTIONS)
+#: The keys of `attention_options` (the attention layer's): the pattern, LSH's
+#: hashing, grouped-query attention's `num_key_value_heads`.
+ATTENTION_KEYS = ATTENTION_KEYS
 
 
 def grouped_options(position_options, attention_options, keywords):

@@ -25,6 +25,7 @@ from keras_posenc.layers.relative_multi_head_attention import (
     ATTENTION_TYPES,
     RelativeMultiHeadAttention,
     check_attention_options,
+    check_key_value_heads,
 )
 from keras_posenc.layers.relative_position_bias import RelativePositionBias
 from keras_posenc.layers.segment_positions import SegmentPositions
@@ -56,8 +57,8 @@ class TransformerStack:
         position_options: dict or None, as `build_encoder` takes it (the
             method's options, `max_length`, `grid_shape`,
             `share_position_bias`).
-        attention_options: dict or None, as the attention takes it
-            (`attention_window`, `attention_type`, LSH's options).
+        attention_options: dict or None, as the attention takes it (`attention_window`,
+            `attention_type`, LSH's options, `num_key_value_heads`).
         causal: bool, no position reads a later one (decoders).
         quantize: bool, every layer fake-quantizes what int8 TFLite rounds
             (quantization-aware training), caches too in a causal stack. For
@@ -92,6 +93,7 @@ class TransformerStack:
         position_options = position_options or None
         attention_window = attention_options.pop("attention_window", None)
         attention_type = attention_options.pop("attention_type", "dense")
+        kv_heads = attention_options.pop("num_key_value_heads", None)
         attention_options = attention_options or None
         method = METHODS[_checks.choice("position", position, tuple(METHODS))]
         width = _checks.positive_int("hidden_dim", hidden_dim)
@@ -99,6 +101,17 @@ class TransformerStack:
         heads = _checks.positive_int("num_heads", num_heads)
         if width % heads:
             _checks.fail("hidden_dim", f"divisible by num_heads={heads}", hidden_dim)
+        grouped = {}
+        if kv_heads is not None:
+            kv_heads = check_key_value_heads(kv_heads, heads, attention_type)
+            if method.recursive:
+                _checks.fail(
+                    "num_key_value_heads",
+                    "None for position='recursive' (its position attention has "
+                    "one head of its own)",
+                    kv_heads,
+                )
+            grouped = {"num_key_value_heads": kv_heads}
         dropout = _checks.rate("dropout", dropout)
         max_length = _checks.positive_int("max_length", max_length)
         window = _checks.positive_int("attention_window", attention_window, True)
@@ -196,6 +209,7 @@ class TransformerStack:
                         attention_window=window,
                         name=f"attention_{index}",
                         **lsh,
+                        **grouped,
                         **(
                             {"quantize": "cache" if causal else True}
                             if quantize
@@ -285,8 +299,8 @@ class TransformerStack:
             attentions = (block,)
             if self.method.recursive:
                 attentions = (block.attention, block.position_attention)
-            for attention in attentions:  # keys, then values: (B, N, S, H)
-                heads = attention.num_heads
+            for attention in attentions:  # keys, then values: (B, N_kv, S, H)
+                heads = attention.num_key_value_heads
                 value_dim = attention.value_dim or attention.key_dim
                 for kind, size in (("keys", attention.key_dim), ("values", value_dim)):
                     caches.append((kind, (batch_size, heads, max_length, size)))

@@ -431,3 +431,43 @@ def test_a_relative_bias_is_stored_as_its_distinct_distances(position):
     np.testing.assert_array_equal(
         generate_tflite(model_bytes, PROMPTS, 9), model.generate(PROMPTS, 9)
     )
+
+
+@pytest.mark.parametrize("position", ["alibi", "rope"])
+def test_grouped_query_lms_export_with_a_cache_of_their_key_heads(position):
+    """`num_key_value_heads=1`: float32 LiteRT generates Keras' tokens, and
+    the int8 TFLM step's key and value caches are 1/4 of multi-head's (4
+    query heads), each its own int8 tensor, and it decodes as int8 LiteRT."""
+    pytest.importorskip("tflite_micro", reason="needs tflite-micro (TFLM)")
+
+    def four_heads(**options):
+        tf.keras.utils.set_random_seed(5)
+        return build_causal_lm(
+            VOCAB,
+            hidden_dim=16,
+            num_layers=2,
+            num_heads=4,
+            position=position,
+            **options,
+        )
+
+    model = four_heads(num_key_value_heads=1)
+    model_bytes = convert_causal_lm(model, calibration(), mode="float32", max_length=16)
+    np.testing.assert_array_equal(
+        generate_tflite(model_bytes, PROMPTS, 9), model.generate(PROMPTS, 9)
+    )
+    grouped = device_contract(
+        convert_causal_lm(model, calibration(), max_length=16, target="tflm")
+    )
+    multi = device_contract(
+        convert_causal_lm(four_heads(), calibration(), max_length=16, target="tflm")
+    )
+    assert [grouped.input_port(c).shape for c in grouped.caches] == [(1, 1, 16, 4)] * 4
+    assert grouped.cache_bytes * 4 == multi.cache_bytes
+    tflm_bytes = convert_causal_lm(model, calibration(), max_length=16, target="tflm")
+    litert = generate_tflite(tflm_bytes, PROMPTS, 8, runtime="litert")
+    tflm = generate_tflite(tflm_bytes, PROMPTS, 8, runtime="tflm")
+    for row, prompt in enumerate(PROMPTS):
+        tokens = litert[row, : len(prompt) + 8]
+        end = decided_length(tflm_bytes, tokens, len(prompt))
+        np.testing.assert_array_equal(tflm[row, :end], tokens[:end])

@@ -202,6 +202,28 @@ def test_the_emulated_engine_generates_keras_greedy_text(position):
 
 
 @pytest.mark.slow
+def test_a_grouped_query_lm_runs_in_the_emulated_engine():
+    pytest.importorskip("ai_edge_litert", reason="needs ai-edge-litert (LiteRT)")
+    from tflite_export.litert_lm_emulator import EngineEmulator
+
+    tf.keras.utils.set_random_seed(1)
+    model = build_causal_lm(
+        VOCAB,
+        hidden_dim=32,
+        num_layers=2,
+        num_heads=4,
+        position="rope",
+        num_key_value_heads=2,
+    )
+    emulator = EngineEmulator(engine_model(model, 40, (4, 8)))
+    inputs = emulator.runners["decode"].get_input_details()
+    assert tuple(inputs["kv_cache_k_0"]["shape"]) == (1, 2, 40, 8)
+    for text in PROMPTS[:2]:
+        want = keras_greedy(model, text, 10)
+        assert emulator.generate([BOS, *text.encode()], 10) == want, text
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("rope_type", ["linear", "yarn", "llama3"])
 def test_rotary_scalings_of_fixed_frequencies_export(rope_type):
     pytest.importorskip("ai_edge_litert", reason="needs ai-edge-litert (LiteRT)")

@@ -27,7 +27,7 @@ def counting(rows, length=17):
     return ((starts + np.arange(length)[None]) % 10 + 1).astype("int32")
 
 
-def trained_qat(position, layers=2, window=None, qat_epochs=1):
+def trained_qat(position, layers=2, window=None, qat_epochs=1, **options):
     """A trained float LM made quantization-aware, then fine-tuned for
     `qat_epochs` (0: one call in training mode sets its ranges, the weights
     stay the float model's)."""
@@ -40,6 +40,7 @@ def trained_qat(position, layers=2, window=None, qat_epochs=1):
         position=position,
         max_length=32,
         attention_window=window,
+        **options,
     )
     x = counting(320)
     compile_built(model, 3e-3)
@@ -204,3 +205,24 @@ def test_a_mixed_precision_lm_is_refused_for_int8_naming_the_policy():
         tflite_export.quantize_aware(model)
     with pytest.raises(ValueError, match="float32 for int8.*set_global_policy"):
         tflite_export.convert_causal_lm(model, counting(2, 8), max_length=8)
+
+
+@pytest.mark.slow
+def test_a_grouped_query_qat_lm_runs_in_tflm_without_data():
+    """`num_key_value_heads=1` (2 query heads): the key and value caches'
+    ranges learned in QAT, the TFLM step the QAT model's tokens."""
+    pytest.importorskip("tflite_micro", reason="needs tflite-micro (TFLM)")
+    qat = trained_qat("alibi", num_key_value_heads=1)
+    model_bytes = tflite_export.convert_causal_lm(
+        qat, None, max_length=20, target="tflm"
+    )
+    contract = tflite_export.device_contract(model_bytes)
+    assert [contract.input_port(c).shape for c in contract.caches] == [
+        (1, 1, 20, 8)
+    ] * 4
+    scales = [contract.input_port(c).scale for c in contract.caches]
+    assert scales[0] != scales[1]  # keys and values: a range each
+    prompts = [[1, 2, 3, 4], [7, 8]]
+    want = qat.generate(prompts, max_new_tokens=10)
+    got = tflite_export.generate_tflite(model_bytes, prompts, 10, runtime="tflm")
+    np.testing.assert_array_equal(got, want)

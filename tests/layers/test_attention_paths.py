@@ -46,6 +46,8 @@ def _arguments(name, path, cell):
         return {"contextual_position": kp.ContextualPosition(2)}, {}
     if name.startswith("`quantize`"):
         return {"quantize": "cache" if path == "cached" else True}, {}
+    if name.startswith("`num_key_value_heads`"):
+        return {"num_key_value_heads": 1}, {}
     band = (1, 2 * 2, 4, 12)  # (1, N * nb, W, 3W), nb = 2 blocks of 4
     call = {
         "Keras masks": {
@@ -76,7 +78,8 @@ def test_each_cell_is_what_the_layer_does(name, path, cell):
     def run():
         layer = _layer(path, **built)
         if path == "cached":
-            cache = tf.zeros((1, 2, T, 2, 4))
+            heads = built.get("num_key_value_heads", 2)
+            cache = tf.zeros((1, 2, T, heads, 4))
             return layer(x[:, :NEW], cache=cache, cache_update_index=0, **called)
         return layer(x, **called)
 
@@ -91,4 +94,4 @@ def test_each_cell_is_what_the_layer_does(name, path, cell):
 
 
 def test_the_table_has_every_path_and_row():
-    assert len(cells()) == 10 * len(PATHS)
+    assert len(cells()) == 11 * len(PATHS)

@@ -477,18 +477,30 @@ def test_quantized_attention_refuses_a_cache_without_its_range():
 @pytest.mark.parametrize(
     "kwargs, match",
     [
-        ({"quantize": "cache", "value_dim": 5}, "`quantize` must be True, not 'cache'"),
         ({"quantize": "keys"}, "`quantize` must be False, True or 'cache'"),
         ({"quantize_cache": True}, "`quantize_cache` must be False unless"),
-        (
-            {"quantize_cache": True, "quantize": True, "value_dim": 5},
-            "`quantize` must be True, not 'cache'",
-        ),
     ],
 )
-def test_quantize_cache_needs_quantize_and_one_head_size(kwargs, match):
+def test_quantize_cache_needs_quantize(kwargs, match):
     with pytest.raises(ValueError, match=match):
         RelativeMultiHeadAttention(num_heads=2, key_dim=3, **kwargs)
+
+
+def test_a_quantized_cache_holds_values_of_their_own_size():
+    """Keys and values are two caches: `value_dim` need not be `key_dim`
+    (keras-hub's one-tensor form still needs it)."""
+    layer = RelativeMultiHeadAttention(2, 3, value_dim=5, quantize="cache")
+    x = tf.random.stateless_normal((1, 4, 6), seed=(0, 1))
+    layer(x, use_causal_mask=True, training=True)  # the ranges of one batch
+    full = layer(x, use_causal_mask=True).numpy()
+    cache = [tf.zeros((1, 2, 4, 3)), tf.zeros((1, 2, 4, 5))]
+    steps = []
+    for t in range(4):
+        out, cache = layer(x[:, t : t + 1], cache=cache, cache_update_index=t)
+        steps.append(out.numpy())
+    np.testing.assert_allclose(np.concatenate(steps, 1), full, atol=1e-5)
+    with pytest.raises(ValueError, match="`value_dim` must equal key_dim"):
+        layer(x[:, :1], cache=tf.zeros((1, 2, 4, 2, 3)), cache_update_index=0)
 
 
 def test_the_old_quantize_cache_keyword_is_quantize_cache():
