@@ -180,6 +180,16 @@ def float_to_integer_casts(model_bytes):
     ]
 
 
+def assert_tflm_decodes_as_litert(model_bytes):
+    """Greedy TFLM tokens are LiteRT's up to where kernel rounding decides."""
+    litert = generate_tflite(model_bytes, PROMPTS, 8, runtime="litert")
+    tflm = generate_tflite(model_bytes, PROMPTS, 8, runtime="tflm")
+    for row, prompt in enumerate(PROMPTS):
+        tokens = litert[row, : len(prompt) + 8]
+        end = decided_length(model_bytes, tokens, len(prompt))
+        np.testing.assert_array_equal(tflm[row, :end], tokens[:end])
+
+
 def decided_length(model_bytes, tokens, prompt_length):
     """How many of `tokens` greedy decoding decides despite kernel rounding.
 
@@ -312,12 +322,7 @@ def test_length_dependent_sines_run_in_tflm_as_float_islands():
     model = lm("rope", position_options=LONGROPE)
     model_bytes = convert_causal_lm(model, calibration(), max_length=16, target="tflm")
     assert {"SIN", "COS"} <= operator_names(model_bytes)
-    litert = generate_tflite(model_bytes, PROMPTS, 8, runtime="litert")
-    tflm = generate_tflite(model_bytes, PROMPTS, 8, runtime="tflm")
-    for row, prompt in enumerate(PROMPTS):
-        tokens = litert[row, : len(prompt) + 8]
-        end = decided_length(model_bytes, tokens, len(prompt))
-        np.testing.assert_array_equal(tflm[row, :end], tokens[:end])
+    assert_tflm_decodes_as_litert(model_bytes)
 
 
 @pytest.mark.parametrize(
@@ -465,9 +470,4 @@ def test_grouped_query_lms_export_with_a_cache_of_their_key_heads(position):
     assert [grouped.input_port(c).shape for c in grouped.caches] == [(1, 1, 16, 4)] * 4
     assert grouped.cache_bytes * 4 == multi.cache_bytes
     tflm_bytes = convert_causal_lm(model, calibration(), max_length=16, target="tflm")
-    litert = generate_tflite(tflm_bytes, PROMPTS, 8, runtime="litert")
-    tflm = generate_tflite(tflm_bytes, PROMPTS, 8, runtime="tflm")
-    for row, prompt in enumerate(PROMPTS):
-        tokens = litert[row, : len(prompt) + 8]
-        end = decided_length(tflm_bytes, tokens, len(prompt))
-        np.testing.assert_array_equal(tflm[row, :end], tokens[:end])
+    assert_tflm_decodes_as_litert(tflm_bytes)
