@@ -33,14 +33,15 @@ from tflite_export.convert import (
     save_for_converter,
 )
 from tflite_export.convert import frozen as freeze
+from tflite_export.int4 import int4_kernels
 from tflite_export.integer_islands import integer_update_slices
 from tflite_export.metadata import ROLLING, add_metadata
 from tflite_export.tensor_names import name_tensors
 
 #: Where a causal LM runs: LiteRT (phones) or TFLM (microcontrollers).
 TARGETS = ("litert", "tflm")
-#: The conversion modes of a causal LM.
-LM_MODES = ("int8", "float32")
+#: The conversion modes of a causal LM (`"int4"`: int8 with 4-bit kernels).
+LM_MODES = ("int8", "int4", "float32")
 #: The cache length of an export without `streaming`.
 DEFAULT_MAX_LENGTH = 64
 #: Calibration sequences decoded to record realistic caches.
@@ -105,7 +106,8 @@ def convert_causal_lm(
         calibration_ids: int array `(N, L)` of real token sequences (the
             first `CALIBRATION_SEQUENCES` decoded to calibrate), or None for
             a quantization-aware model (`mode="int8"`, trained ranges).
-        mode: `"int8"` or `"float32"`.
+        mode: `"int8"`, `"int4"` (int8 with 4-bit kernels: per channel in LiteRT,
+            per tensor in TFLM) or `"float32"`.
         max_length: int, the cache length S (the longest prompt plus
             generated text). Defaults to `64`; must be None with `streaming`
             (the cache then has `streaming.slots` slots).
@@ -165,7 +167,7 @@ def convert_causal_lm(
                 )
     check_float32(model, None if mode != "float32" else FLOAT32_PURPOSE)
     if mode != "float32":
-        refuse_float_only_layers(model, mode)
+        refuse_float_only_layers(model, "int8")
     trained_ranges = calibration_ids is None
     if trained_ranges:
         if not model.get_config().get("quantize"):
@@ -174,10 +176,10 @@ def convert_causal_lm(
                 "CausalLM (quantize=True, e.g. from tflite_export.quantize_aware"
                 f"). Received: None for {model.name}, built with quantize=False"
             )
-        if mode != "int8":
+        if mode == "float32":
             raise ExportError(
                 "A quantization-aware CausalLM converts without data in "
-                f"mode='int8' only. Received: mode={mode!r}"
+                f"mode='int8' or 'int4' only. Received: mode={mode!r}"
             )
     else:
         ids = check_calibration_ids(model, calibration_ids)
@@ -200,7 +202,7 @@ def convert_causal_lm(
             converter = tf.lite.TFLiteConverter.from_saved_model(
                 path, signature_keys=keys
             )
-        if mode == "int8":
+        if mode != "float32":  # int4: int8, then its kernels rewritten
             converter.optimizations = [tf.lite.Optimize.DEFAULT]
             if not trained_ranges:  # else the fake quantizers' ranges: no data
                 converter.representative_dataset = _calibration(
@@ -213,6 +215,8 @@ def convert_causal_lm(
         model_bytes = run_converter(converter, mode)
     if trained_ranges:  # the cache writes the converter left float
         model_bytes = integer_update_slices(model_bytes)
+    if mode == "int4":  # TFLM runs INT4 kernels with one scale each
+        model_bytes = int4_kernels(model_bytes, per_channel=target == "litert")
     model_bytes = name_tensors(model_bytes)
     if rolling is not None:
         record = {"sink_tokens": sink, "cache_window": max_length - sink}

@@ -471,3 +471,72 @@ def test_grouped_query_lms_export_with_a_cache_of_their_key_heads(position):
     assert grouped.cache_bytes * 4 == multi.cache_bytes
     tflm_bytes = convert_causal_lm(model, calibration(), max_length=16, target="tflm")
     assert_tflm_decodes_as_litert(tflm_bytes)
+
+
+def fully_connected_kernels(model_bytes):
+    """`[(kernel tensor, its bytes, bias tensor, bias bytes, input scale)]`."""
+    from tensorflow.lite.tools import flatbuffer_utils
+
+    model = flatbuffer_utils.convert_bytearray_to_object(bytearray(model_bytes))
+    found = []
+    for graph in model.subgraphs:
+        for op in graph.operators:
+            if (
+                flatbuffer_utils.opcode_to_name(model, op.opcodeIndex)
+                != "FULLY_CONNECTED"
+            ):
+                continue
+            kernel = graph.tensors[op.inputs[1]]
+            bias = graph.tensors[op.inputs[2]] if op.inputs[2] >= 0 else None
+            found.append(
+                (
+                    kernel,
+                    np.asarray(model.buffers[kernel.buffer].data, np.uint8),
+                    bias,
+                    None
+                    if bias is None
+                    else np.asarray(model.buffers[bias.buffer].data, np.uint8).view(
+                        np.int32
+                    ),
+                    graph.tensors[op.inputs[0]].quantization.scale[0],
+                )
+            )
+    return found
+
+
+@pytest.mark.parametrize("target", ["tflm", "litert"])
+def test_int4_kernels_are_the_int8_kernels_on_a_4_bit_grid(target):
+    """Every kernel INT4, two a byte (low nibble first), within half a 4-bit
+    step of the int8 kernel's values, per channel in LiteRT and per tensor in
+    TFLM (whose FULLY_CONNECTED refuses per-channel INT4); the biases keep
+    their values; TFLM runs the step and decodes as LiteRT."""
+    model = lm("alibi")
+    int8 = convert_causal_lm(model, calibration(), max_length=16, target=target)
+    int4 = convert_causal_lm(
+        model, calibration(), mode="int4", max_length=16, target=target
+    )
+    before, after = fully_connected_kernels(int8), fully_connected_kernels(int4)
+    assert len(before) == len(after) > 0
+    for (k8, w8, b8, bias8, _), (k4, w4, b4, bias4, x4) in zip(before, after):
+        assert k8.type == 9 and k4.type == 17  # INT8, INT4
+        rows = k8.shape[0]
+        real = w8.view(np.int8).reshape(rows, -1) * np.asarray(k8.quantization.scale)[
+            :, None
+        ].astype(np.float64)
+        nibbles = np.stack([w4 & 0x0F, w4 >> 4], 1).reshape(-1)[: real.size]
+        values = np.where(nibbles > 7, nibbles.astype(int) - 16, nibbles)
+        scales = np.asarray(k4.quantization.scale, np.float64)
+        assert len(scales) == (1 if target == "tflm" else rows) or rows == 1
+        step = np.broadcast_to(scales, (rows,))[:, None]
+        assert np.abs(values).max() <= 7
+        error = np.abs(values.reshape(rows, -1) * step - real)
+        assert (error <= step / 2 + 1e-6).all()
+        if b8 is not None:  # real bias = int32 x (input scale x kernel scale)
+            old_bias = bias8 * np.asarray(b8.quantization.scale, np.float64)
+            new_bias = bias4 * np.asarray(b4.quantization.scale, np.float64)
+            np.testing.assert_allclose(new_bias, old_bias, atol=float(step.max()) * x4)
+    if target == "tflm":
+        pytest.importorskip("tflite_micro", reason="needs tflite-micro (TFLM)")
+        kernel_bytes = sum(len(w8) for _, w8, *_ in before)
+        assert len(int8) - len(int4) >= 0.45 * kernel_bytes  # half of each kernel
+        assert_tflm_decodes_as_litert(int4)

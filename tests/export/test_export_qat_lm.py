@@ -179,7 +179,9 @@ def test_data_free_conversion_needs_a_quantization_aware_lm():
     qat = build_causal_lm(
         VOCAB, hidden_dim=8, num_heads=2, position="alibi", quantize=True
     )
-    with pytest.raises(tflite_export.ExportError, match="in mode='int8' only"):
+    with pytest.raises(
+        tflite_export.ExportError, match="in mode='int8' or 'int4' only"
+    ):
         tflite_export.convert_causal_lm(qat, None, mode="float32", max_length=8)
 
 
