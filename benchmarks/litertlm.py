@@ -198,8 +198,9 @@ def run(quick):
         "the bench extra, Keras 3)",
     ]
     write(
-        "litertlm",
-        f"A byte-level rope LM (D={WIDTH}, {LAYERS} layers, {HEADS} heads, "
+        "litertlm" + ("_quick" if quick else ""),
+        ("SMOKE RUN: " if quick else "")
+        + f"A byte-level rope LM (D={WIDTH}, {LAYERS} layers, {HEADS} heads, "
         f"{VOCAB} ids) in LiteRT-LM and beside it, tokens/s",
         ["runner", "threads", "prefill tokens/s", "decode tokens/s"],
         rows,
