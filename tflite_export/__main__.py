@@ -1,7 +1,7 @@
 """Command line: convert, verify and write a saved model.
 
     python -m tflite_export MODEL.keras --calibration DATA.npz --out OUT.tflite \
-        [--mode int8|int16x8|float32] [--sequence-length T] [--c-array] [--force] \
+        [--mode int8|int16x8|float32|int4] [--sequence-length T] [--c-array] [--force] \
         [--target litert|tflm] [--max-length S | --cache-window W [--sink-tokens K]]
 
 DATA.npz holds the inputs under `x` and optionally labels under `y` (which
@@ -364,9 +364,10 @@ def _export_causal_lm(args, model, x):
     from keras_posenc.data import language_modeling
     from tflite_export.causal_lm import check_calibration_ids
 
-    if args.mode not in ("int8", "float32"):
+    if args.mode not in tflite_export.causal_lm.LM_MODES:
         raise ValueError(
-            f"--mode must be int8 or float32 for a causal LM, not {args.mode}"
+            f"--mode must be one of {tflite_export.causal_lm.LM_MODES} for a causal "
+            f"LM, not {args.mode}"
         )
     streaming = None
     if args.cache_window is not None:

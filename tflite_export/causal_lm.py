@@ -213,8 +213,10 @@ def convert_causal_lm(
             converter.inference_input_type = tf.int8
             converter.inference_output_type = tf.int8
         model_bytes = run_converter(converter, mode)
-    if trained_ranges:  # the cache writes the converter left float
-        model_bytes = integer_update_slices(model_bytes)
+    if mode != "float32":  # the cache writes the converter left float
+        model_bytes = integer_update_slices(
+            model_bytes, requantize_cache=not trained_ranges
+        )
     if mode == "int4":  # TFLM runs INT4 kernels with one scale each
         model_bytes = int4_kernels(model_bytes, per_channel=target == "litert")
     model_bytes = name_tensors(model_bytes)

@@ -15,11 +15,12 @@ from tensorflow.python.framework.convert_to_constants import (
 import keras_posenc
 from keras_posenc.training.quantization import check_float32
 from keras_posenc.utils import keras, nested_layers
+from tflite_export.int4 import int4_kernels
 from tflite_export.tensor_names import name_tensors
 
 #: Conversion modes: int8 kernels and activations, int16 activations with int8
 #: weights, or the float32 reference.
-MODES = ("int8", "int16x8", "float32")
+MODES = ("int8", "int16x8", "float32", "int4")
 #: How many representative examples calibrate the activation ranges.
 CALIBRATION_EXAMPLES = 200
 
@@ -51,7 +52,8 @@ def convert(model, representative_data, mode="int8", sequence_length=None):
         representative_data: array `(N, T)` of token ids or `(N, T, F)` of
             features to calibrate ranges, or None for a model of
             `quantize_aware` (`mode="int8"`, trained ranges).
-        mode: one of `MODES`.
+        mode: one of `MODES`; `"int4"` is int8 with 4-bit kernels, one scale
+            per kernel (TFLM runs no per-channel INT4: `docs/edge.md`).
         sequence_length: int or None, the fixed T.
 
     Returns:
@@ -61,6 +63,9 @@ def convert(model, representative_data, mode="int8", sequence_length=None):
         raise ValueError(f"`mode` must be one of {MODES}. Received: mode={mode!r}")
     if not isinstance(model, keras.Model):
         raise TypeError(f"`model` must be a keras.Model. Received: model={model!r}")
+    if mode == "int4":  # int8, then its kernels on one 4-bit scale each
+        model_bytes = convert(model, representative_data, "int8", sequence_length)
+        return int4_kernels(model_bytes, per_channel=False)
     trained_ranges = representative_data is None
     if trained_ranges:
         shape, dtype = _trained_ranges_input(model, mode, sequence_length)

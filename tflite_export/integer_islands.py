@@ -26,16 +26,20 @@ class IslandError(ValueError):
     """A float island whose tensors do not share one int8 range."""
 
 
-def integer_update_slices(model_bytes):
+def integer_update_slices(model_bytes, requantize_cache=False):
     """`model_bytes` with every float DYNAMIC_UPDATE_SLICE island made int8.
 
     An island is `DEQUANTIZE(a), DEQUANTIZE(b) -> DYNAMIC_UPDATE_SLICE ->
-    QUANTIZE`, where `a`, `b` and the QUANTIZE output are int8 on the same
-    scale and zero point. Returns the bytes unchanged when there is none.
+    QUANTIZE` of int8 `a`, `b` and output. Sources on a range other than the
+    output's reach the write through an int8 -> int8 QUANTIZE (what the
+    island computed in float). `requantize_cache`: the old cache `a` may be
+    on its own range too (a calibrated export, whose input and output cache
+    ranges come from different statistics); otherwise it must share the
+    output's. Returns the bytes unchanged when there is no island.
 
     Raises:
-        IslandError: an island whose three int8 tensors differ in range
-            (rewiring it would change the values).
+        IslandError: without `requantize_cache`, an island whose old and
+            updated cache differ in range.
     """
     from tensorflow.lite.tools import flatbuffer_utils
 
@@ -62,16 +66,17 @@ def integer_update_slices(model_bytes):
             ranges = {
                 _range(graph.tensors[t]) for t in (sources[0], quantize.outputs[0])
             }
-            if len(ranges) != 1:
+            if len(ranges) != 1 and not requantize_cache:
                 raise IslandError(
                     f"{UPDATE} writes int8 tensors of different ranges {sorted(ranges)}"
                     ": the old and the updated cache must share one range (a "
                     "byte copy between steps); rewiring it would change values"
                 )
+            target = _range(graph.tensors[quantize.outputs[0]])
             inputs = list(op.inputs)
             for position, source in enumerate(sources):
                 dequantize = producers[inputs[position]]
-                if _range(graph.tensors[source]) not in ranges:  # new rows
+                if _range(graph.tensors[source]) != target:  # onto the output's
                     source = _requantized(graph, source, quantize, op, added)
                 inputs[position] = source
                 if len(readers[dequantize.outputs[0]]) == 1:
@@ -88,7 +93,36 @@ def integer_update_slices(model_bytes):
         graph.operators = operators
     if not changed:
         return model_bytes
+    for graph in model.subgraphs:
+        _drop_unused_tensors(model, graph)
     return bytes(flatbuffer_utils.convert_object_to_bytearray(model))
+
+
+def _drop_unused_tensors(model, graph):
+    """Removes the tensors no op, input or output reads (the rewired islands'
+    float tensors: TFLM's planner would still give them arena)."""
+    index = model.subgraphs.index(graph)
+    used = set(int(t) for t in graph.inputs) | set(int(t) for t in graph.outputs)
+    for op in graph.operators:
+        used |= {int(t) for t in op.inputs if t >= 0} | {int(t) for t in op.outputs}
+    if len(used) == len(graph.tensors):
+        return
+    kept = sorted(used)
+    moved = {old: new for new, old in enumerate(kept)}
+    graph.tensors = [graph.tensors[i] for i in kept]
+
+    def remap(values):
+        return np.array([moved[int(v)] if v >= 0 else v for v in values], np.int32)
+
+    graph.inputs, graph.outputs = remap(graph.inputs), remap(graph.outputs)
+    for op in graph.operators:
+        op.inputs, op.outputs = remap(op.inputs), remap(op.outputs)
+        if op.intermediates is not None and len(op.intermediates):
+            op.intermediates = remap(op.intermediates)
+    for signature in model.signatureDefs or ():
+        if signature.subgraphIndex == index:
+            for entry in [*(signature.inputs or ()), *(signature.outputs or ())]:
+                entry.tensorIndex = moved[entry.tensorIndex]
 
 
 def _island(graph, op, names, producers, readers):

@@ -8,6 +8,7 @@ import tensorflow as tf
 from marks import split_between_passes
 from ops_oracle import assert_header_lists_the_model_ops
 
+import tflite_export
 from keras_posenc import IS_KERAS_3, samplers
 from keras_posenc.models import POSITION_METHODS, build_causal_lm
 from tflite_export import (
@@ -540,3 +541,38 @@ def test_int4_kernels_are_the_int8_kernels_on_a_4_bit_grid(target):
         kernel_bytes = sum(len(w8) for _, w8, *_ in before)
         assert len(int8) - len(int4) >= 0.45 * kernel_bytes  # half of each kernel
         assert_tflm_decodes_as_litert(int4)
+
+
+@pytest.mark.parametrize("position", ["alibi", "hybrid"])
+def test_a_calibrated_int8_step_writes_its_caches_in_int8(position):
+    """The converter writes a calibrated cache in float (DEQUANTIZE, float
+    DYNAMIC_UPDATE_SLICE, QUANTIZE: 4 float bytes of arena per cached value);
+    the export rewires each write to int8, requantizing what is on another
+    range, and drops the float tensors: no float tensor is left, and the
+    step decodes as before."""
+    from tensorflow.lite.tools import flatbuffer_utils
+
+    from tflite_export import causal_lm
+
+    model = lm(position)
+    model_bytes = convert_causal_lm(model, calibration(), max_length=16, target="tflm")
+    parsed = flatbuffer_utils.convert_bytearray_to_object(bytearray(model_bytes))
+    graph = parsed.subgraphs[0]
+    names = {
+        flatbuffer_utils.opcode_to_name(parsed, op.opcodeIndex)
+        for op in graph.operators
+    }
+    assert "DEQUANTIZE" not in names
+    floats = [t for t in graph.tensors if t.type == 0]  # hybrid: a 3-value mask
+    assert all(np.prod(t.shape) < 16 for t in floats), [t.name for t in floats]
+    with pytest.MonkeyPatch.context() as patch:  # the converter's own writes
+        patch.setattr(causal_lm, "integer_update_slices", lambda b, **o: b)
+        floating = convert_causal_lm(model, calibration(), max_length=16, target="tflm")
+    assert "DEQUANTIZE" in operator_names(floating)
+    text = calibration()[:2]
+    rewired = tflite_export.verify_causal_lm(model_bytes, model, text)
+    island = tflite_export.verify_causal_lm(floating, model, text)
+    assert rewired.arena_bytes < island.arena_bytes
+    assert rewired.bits_per_token_litert == pytest.approx(
+        island.bits_per_token_litert, abs=0.02
+    )

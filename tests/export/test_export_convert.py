@@ -210,7 +210,7 @@ def test_rejects_features_of_the_wrong_width():
 
 def test_rejects_an_unknown_mode():
     with pytest.raises(ValueError, match=r"`mode` must be one of \('int8'"):
-        tflite_export.convert(_classifier("none"), np.zeros((2, 4), "int32"), "int4")
+        tflite_export.convert(_classifier("none"), np.zeros((2, 4), "int32"), "int2")
 
 
 def test_rejects_what_is_not_a_model():
@@ -292,3 +292,32 @@ def test_several_outputs_keep_keras_order_in_the_file_and_in_verify():
         tflite_export.verify(model_bytes, model, x, np.zeros(20, "int32"))
     with pytest.raises(ValueError, match="`keras_model` must have the TFLite model"):
         tflite_export.verify(model_bytes, keras.Model(model.input, model.outputs[0]), x)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("position", ["t5", "rope"])
+def test_int4_kernels_run_in_tflm_beside_int8(position):
+    """`mode="int4"`: the int8 model with every FULLY_CONNECTED kernel INT4,
+    one scale per kernel: smaller, runs in TFLM as in LiteRT, close to int8."""
+    from tensorflow.lite.tools import flatbuffer_utils
+
+    model = _classifier(position)
+    x = np.random.default_rng(0).integers(0, 10, size=(40, 12))
+    int8 = tflite_export.convert(model, x, mode="int8")
+    int4 = tflite_export.convert(model, x, mode="int4")
+    parsed = flatbuffer_utils.convert_bytearray_to_object(bytearray(int4))
+    graph = parsed.subgraphs[0]
+    kernels = [
+        graph.tensors[op.inputs[1]]
+        for op in graph.operators
+        if flatbuffer_utils.opcode_to_name(parsed, op.opcodeIndex) == "FULLY_CONNECTED"
+    ]
+    assert kernels and all(k.type == 17 for k in kernels)  # INT4
+    assert all(len(k.quantization.scale) == 1 for k in kernels)
+    assert len(int4) < len(int8)
+    static = tflite_export.static_model(model, (12,), "int32")
+    report = tflite_export.verify(int4, static, x[:16])
+    assert report.tflm_ok, report.tflm_error
+    assert report.tflm_vs_litert <= TFLM_LITERT_STEPS * report.output_scale
+    int8_report = tflite_export.verify(int8, static, x[:16])
+    assert report.max_error <= 4 * int8_report.max_error + 0.5

@@ -145,7 +145,9 @@ def test_the_cache_write_is_rewired_to_int8_only_on_one_range(qat_lm, monkeypatc
 
     raw = []
     monkeypatch.setattr(
-        causal_lm, "integer_update_slices", lambda model: raw.append(model) or model
+        causal_lm,
+        "integer_update_slices",
+        lambda model, **options: raw.append(model) or model,
     )
     with pytest.raises(tflite_export.ExportError, match="DYNAMIC_UPDATE_SLICE"):
         tflite_export.convert_causal_lm(qat_lm, None, max_length=8, target="tflm")
