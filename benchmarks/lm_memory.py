@@ -15,8 +15,10 @@ import tensorflow as tf
 
 import tflite_export
 from benchmarks._common import summary, write
+from keras_posenc import RelativeMultiHeadAttention
 from keras_posenc.data import language_modeling as lm
 from keras_posenc.models import build_causal_lm
+from keras_posenc.utils import nested_layers
 
 WIDTH, LAYERS, HEADS = 64, 2, 4
 KEY_HEADS = (4, 2, 1)
@@ -44,6 +46,58 @@ def trained(kv_heads, seed, quick):
     return model, x[:8]
 
 
+def equalized(model):
+    """A copy of `model` whose key and value heads have equal kernel norms.
+
+    Head equalization, data-free: key head j's kernel and bias times
+    `a_j = mean norm / norm_j`, its query heads' times `1 / a_j` (the logits
+    are unchanged); value head j's times `b_j`, the output projection's rows
+    of the query heads reading it times `1 / b_j` (the output is unchanged).
+    Heads of different magnitude then share one per-tensor cache range
+    better. The float function is the model's (checked).
+    """
+    copy = type(model).from_config(model.get_config())
+    sample = np.zeros((1, 8), "int32")
+    copy(sample)
+    copy.set_weights(model.get_weights())
+    for layer in nested_layers(copy):
+        if not isinstance(layer, RelativeMultiHeadAttention):
+            continue
+        heads, kv_heads = layer.num_heads, layer.num_key_value_heads
+        size = layer.key_dim
+        group = heads // kv_heads
+        for dense, answer in (
+            (layer.key_dense, layer.query_dense),
+            (layer.value_dense, layer.output_dense),
+        ):
+            kernel = dense.kernel.numpy().reshape(-1, kv_heads, size)
+            norms = np.linalg.norm(kernel, axis=(0, 2))
+            factor = norms.mean() / np.maximum(norms, 1e-12)  # (kv_heads,)
+            dense.kernel.assign(
+                (kernel * factor[None, :, None]).reshape(-1, kv_heads * size)
+            )
+            dense.bias.assign(
+                (dense.bias.numpy().reshape(kv_heads, size) * factor[:, None]).reshape(
+                    -1
+                )
+            )
+            undo = np.repeat(1.0 / factor, group)  # (heads,): per query head
+            if answer is layer.query_dense:
+                q = answer.kernel.numpy().reshape(-1, heads, size)
+                answer.kernel.assign(
+                    (q * undo[None, :, None]).reshape(-1, heads * size)
+                )
+                b = answer.bias.numpy().reshape(heads, size) * undo[:, None]
+                answer.bias.assign(b.reshape(-1))
+            else:  # the output projection's rows, head by head
+                o = answer.kernel.numpy().reshape(heads, size, -1)
+                answer.kernel.assign(
+                    (o * undo[:, None, None]).reshape(heads * size, -1)
+                )
+    np.testing.assert_allclose(copy(sample), model(sample), atol=1e-4)
+    return copy
+
+
 def measure(model, calibration, length, mode, text):
     model_bytes = tflite_export.convert_causal_lm(
         model, calibration, mode=mode, max_length=length, target="tflm"
@@ -68,9 +122,12 @@ def run(quick):
     for kv_heads in KEY_HEADS:
         for seed in seeds:
             model, calibration = trained(kv_heads, seed, quick)
+            balanced = equalized(model)
             for length in lengths:
-                for mode in MODES:
-                    found = measure(model, calibration, length, mode, text)
+                for mode in MODES + ("int8, equalized",):
+                    used = balanced if mode.endswith("equalized") else model
+                    kernels = mode.split(",")[0]
+                    found = measure(used, calibration, length, kernels, text)
                     cells.setdefault((kv_heads, length, mode), []).append(found)
                     print(kv_heads, seed, length, mode, found, flush=True)
     rows = []
@@ -119,8 +176,10 @@ def run(quick):
             f"{len(seeds)} seed(s): means (and ± half the spread) over seeds; "
             "bits per byte teacher-forced on 4 held-out rows of 64 bytes",
             "keys and values are separate int8 caches with their own ranges "
-            "(calibrated on 8 training windows); head equalization is not "
-            "built (no row)",
+            "(calibrated on 8 training windows); `int8, equalized`: the same "
+            "model with its key and value heads' kernel norms equalized (folded "
+            "into the query and output projections, the float function "
+            "unchanged: `equalized` in this file), a data-free try",
             "int4: FULLY_CONNECTED kernels at 4 bits, one scale per kernel "
             "(TFLM refuses per-channel INT4: `docs/edge.md`); activations int8",
             "`python -m benchmarks --only lm_memory`",
