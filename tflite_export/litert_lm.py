@@ -188,7 +188,7 @@ def _plan(
     cache_length = max_num_tokens + max(lengths)
     check_cache_length(model, cache_length, "max_num_tokens + max(prefill_lengths)")
     text = _tokenizer(tokenizer, vocab, tokens)
-    check_float32(model, None if mode != "int8_float_io" else FLOAT32_PURPOSE)
+    check_float32(model, FLOAT32_PURPOSE if mode == "float32" else None)
     if mode == "int8_float_io":
         refuse_float_only_layers(model, "int8")
     ids = None

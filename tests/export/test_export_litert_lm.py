@@ -346,3 +346,17 @@ def test_the_engine_generates_what_keras_and_the_emulator_do(bundles, mode):
         same += sum(a == b for a, b in zip(got.encode(), emulated))
         total += len(emulated)
     assert same / total >= 0.5, (same, total)
+
+
+def test_a_mixed_precision_model_is_refused_naming_the_layer(tmp_path):
+    from keras_posenc._compat import keras
+
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    try:
+        model = ascii_lm("alibi")
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+    for mode in ("float32", "dynamic_int8"):
+        with pytest.raises(ValueError, match="float32"):
+            convert_litert_lm(model, tmp_path / "m.litertlm", mode=mode)
+    assert list(tmp_path.iterdir()) == []
