@@ -241,16 +241,16 @@ def test_rotary_scalings_of_fixed_frequencies_export(rope_type):
 
 @pytest.mark.slow
 def test_a_signature_left_float_by_the_calibration_is_refused(monkeypatch):
-    from tflite_export import litert_lm
+    from tflite_export import litert_lm_model
 
     pytest.importorskip("ai_edge_litert", reason="needs ai-edge-litert (LiteRT)")
-    real = litert_lm._calibration
+    real = litert_lm_model._calibration
 
     def decode_only(*args):
         samples = [s for s in real(*args)() if s[0] == "decode"]
         return lambda: iter(samples)
 
-    monkeypatch.setattr(litert_lm, "_calibration", decode_only)
+    monkeypatch.setattr(litert_lm_model, "_calibration", decode_only)
     model = ascii_lm("alibi")
     ids = np.random.default_rng(0).integers(0, 256, (4, 12))
     with pytest.raises(ExportError, match="left signature 'prefill_4' float32"):
