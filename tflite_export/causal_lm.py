@@ -302,11 +302,15 @@ def _signatures(model, max_length, keys, sink_tokens=None):
     token = tf.TensorSpec((1, 1), tf.int32, name="token")
     index = tf.TensorSpec((), tf.int32, name="index")
     concrete = {
-        "decode": tf.function(decode).get_concrete_function(token, index, **cache_specs)
+        "decode": tf.function(decode, autograph=False).get_concrete_function(
+            token, index, **cache_specs
+        )
     }
     if "prefill" in keys:
         tokens = tf.TensorSpec((1, max_length), tf.int32, name="tokens")
-        concrete["prefill"] = tf.function(prefill).get_concrete_function(tokens)
+        concrete["prefill"] = tf.function(
+            prefill, autograph=False
+        ).get_concrete_function(tokens)
     return concrete
 
 
@@ -322,7 +326,8 @@ def _calibration(model, ids, max_length, keys, sink_tokens=None):
         step = tf.function(
             lambda token, cache, index: model.call_with_cache(
                 token, cache, index, sink_tokens=sink_tokens
-            )
+            ),
+            autograph=False,
         )
     samples = []
     for row in ids[:CALIBRATION_SEQUENCES]:

@@ -63,7 +63,9 @@ def engine_model(model, cache_length, prefill_lengths, mode="float32", ids=None)
             for key in keys:
                 length = 1 if key == "decode" else int(key.split("_")[1])
                 function = decode if key == "decode" else prefill
-                signatures[key] = tf.function(function).get_concrete_function(
+                signatures[key] = tf.function(
+                    function, autograph=False
+                ).get_concrete_function(
                     tf.TensorSpec((1, length), tf.int32, name="tokens"),
                     tf.TensorSpec((length,), tf.int32, name="input_pos"),
                     **specs,

@@ -136,6 +136,7 @@ def compile_loop(
             tf.TensorSpec((), tf.int32),
         ],
         jit_compile=jit_compile,
+        autograph=False,
     )
 
 
@@ -189,6 +190,7 @@ def compile_scoring(model, batch_size, length, jit_compile, rolling):
             tf.TensorSpec((batch_size, length), tf.int32),
         ],
         jit_compile=jit_compile,
+        autograph=False,
     )
 
 

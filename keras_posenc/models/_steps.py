@@ -26,6 +26,7 @@ def compile_steps(model, batch_size, total_length, use_cache, jit_compile):
                 tf.TensorSpec((), tf.int32),
             ],
             jit_compile=jit_compile,
+            autograph=False,
         )
         step = tf.function(
             run,
@@ -35,6 +36,7 @@ def compile_steps(model, batch_size, total_length, use_cache, jit_compile):
                 tf.TensorSpec((), tf.int32),
             ],
             jit_compile=jit_compile,
+            autograph=False,
         )
     else:
         prefill = None
@@ -42,6 +44,7 @@ def compile_steps(model, batch_size, total_length, use_cache, jit_compile):
             lambda tokens: model.logits(tokens),
             input_signature=[tf.TensorSpec((batch_size, total_length), tf.int32)],
             jit_compile=jit_compile,
+            autograph=False,
         )
     return prefill, step
 

@@ -139,11 +139,14 @@ def cached_bias(position_bias, query, slots, index):
         # One query at S_max - 1 against 2 S_max - 1 keys: distances
         # -(S_max - 1) .. S_max - 1, no runtime input (a constant).
         table = position_bias(_stub(1), _stub(2 * slots - 1), start_index=slots - 1)
-        table = table[:, :, 0]  # (1, N, 2S-1)
+        table = tf.cast(table[:, :, 0], tf.float32)  # (1, N, 2S-1)
+        after = tf.range(2 * slots - 1) > slots - 1  # keys after the query
+        table = tf.where(after, tf.zeros_like(table), table)
         columns = tf.range(slots)[None, :] - rows[:, None] + (slots - 1)  # (T, S)
-        return tf.gather(tf.cast(table, tf.float32), columns, axis=2)
+        return tf.gather(table, columns, axis=2)
     grid = position_bias(_stub(slots), _stub(slots))  # (1, N, S, S), a constant
-    return tf.gather(tf.cast(grid, tf.float32), rows, axis=2)
+    grid = tf.linalg.band_part(tf.cast(grid, tf.float32), -1, 0)  # keys j <= i
+    return tf.gather(grid, rows, axis=2)
 
 
 def rolling_bias(position_bias, query, slots, query_positions, key_positions):

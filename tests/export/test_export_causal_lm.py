@@ -576,3 +576,25 @@ def test_a_calibrated_int8_step_writes_its_caches_in_int8(position):
     assert rewired.bits_per_token_litert == pytest.approx(
         island.bits_per_token_litert, abs=0.02
     )
+
+
+@pytest.mark.parametrize(
+    "position", split_between_passes(["alibi", "kerple", "t5"], ["alibi"])
+)
+def test_an_int8_steps_first_positions_do_not_depend_on_its_cache_length(position):
+    """The slots after a step's position are masked, whatever the cache
+    length: their bias no longer widens the int8 ranges (ALiBi's
+    `-slope |j - i|` once gave the empty slots of a long cache its most
+    negative values), so a calibrated step of a bias stored as distances
+    reads its first positions alike with 16 slots and with 64 (before, the
+    longer step lost resolution). FIRE's `(S, S)` table is one int8
+    constant whose range the longer distances still widen."""
+    model = lm(position, max_length=64)
+    text = calibration()[:2]
+    bits = [
+        tflite_export.verify_causal_lm(
+            convert_causal_lm(model, calibration(), max_length=length), model, text
+        ).bits_per_token_litert
+        for length in (16, 64)
+    ]
+    assert bits[0] == pytest.approx(bits[1], abs=1e-6)
