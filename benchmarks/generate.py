@@ -121,8 +121,8 @@ def run(quick):
             "keras-hub prefills the whole padded width and restacks every "
             "layer's cache at each step; ours prefills the prompt, writes "
             "each step's keys and values in place and reads the slots up to "
-            "the step's position (under XLA, up to the end of one of 4 "
-            "phases; one `tf.while_loop`)",
+            "the step's position (under XLA, up to the end of its phase: "
+            "phases of at least 256 slots, so here one; one `tf.while_loop`)",
             "first call: the call that traces (and compiles); a new "
             "`max_new_tokens` (7 fewer) right after it reuses our trace (one "
             "per batch size and prompt bucket: the loop is as wide as the "

@@ -214,18 +214,23 @@ LOOPED = split_between_passes(DECODING_STATES, keras2=("t5", "rope", "cope"))
     "position", fast_only(LOOPED, [p for p in LOOPED if p == "hpn"])
 )
 def test_the_loops_cache_reads_and_in_place_writes_give_the_step_loops_tokens(
-    position,
+    position, monkeypatch
 ):
     """48 slots: XLA's loop runs two phases (steps reading 32 slots, then
-    48), the graph's steps read up to their own position and write their
-    caches in place; both give the step loop's seeded tokens, every call
-    alike, and the caller's prompts stay as they were."""
+    48: phases of 32 slots here, where by default a phase spans at least
+    256 and a 256-slot cache is one),
+    the graph's steps read up to their own position and write their caches
+    in place; both give the step loop's seeded tokens, every call alike, and
+    the caller's prompts stay as they were."""
+    assert _loop.phase_widths(256) == [256]
+    assert _loop.phase_widths(1024) == [256, 512, 768, 1024]
+    monkeypatch.setattr(_loop, "PHASE_SLOTS", 32)
+    assert _loop.phase_widths(48) == [32, 48]
     model = small(position)
     prompts = np.array([[3, 1, 4, 1, 5], [9, 2, 6, 5, 3]], "int32")
     given = prompts.copy()
     drawn = dict(sampler="random", temperature=2.0, seed=5)  # seeded draws
     steps = model.generate(prompts, 43, compiled_loop=False, **drawn)  # 5 + 43
-    assert _loop.phase_widths(48) == [32, 48]
     for jit_compile in (False, True):
         for _ in range(2):  # a second call starts from the same empty caches
             loop = model.generate(prompts, 43, jit_compile=jit_compile, **drawn)
