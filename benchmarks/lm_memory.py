@@ -7,7 +7,8 @@ model's int8 TFLM decode step (`convert_causal_lm(target="tflm")`, keys and
 values in their own int8 caches) at S=128 and 512, with int8 and 4-bit
 (`mode="int4"`) kernels: flash (the `.tflite`), the smallest TFLM arena that
 allocates (`verify_causal_lm`), the caches' bytes (`device_contract`) and
-teacher-forced bits per byte on held-out text, against float Keras.
+teacher-forced bits per byte on held-out text, against float Keras; and the
+same for the model fine-tuned quantization-aware with 8- and 4-bit kernels.
 """
 
 import numpy as np
@@ -98,6 +99,20 @@ def equalized(model):
     return copy
 
 
+def fine_tuned_qat(model, kernel_bits, seed, quick):
+    """`quantize_aware(model, kernel_bits)` trained one epoch on 1,024 more
+    windows (other windows than the float model's) at a tenth of its rate."""
+    qat = tflite_export.quantize_aware(model, kernel_bits=kernel_bits)
+    train, _ = lm.pydoc_bytes()
+    x, y = lm.windows(train, length=64, count=128 if quick else 1024, seed=seed + 100)
+    qat.compile(
+        tf.keras.optimizers.Adam(3e-4),
+        tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+    )
+    qat.fit(x, y, batch_size=32, epochs=1, verbose=0)
+    return qat
+
+
 def measure(model, calibration, length, mode, text):
     model_bytes = tflite_export.convert_causal_lm(
         model, calibration, mode=mode, max_length=length, target="tflm"
@@ -122,12 +137,22 @@ def run(quick):
     for kv_heads in KEY_HEADS:
         for seed in seeds:
             model, calibration = trained(kv_heads, seed, quick)
-            balanced = equalized(model)
+            variants = {
+                "equalized": (equalized(model), calibration),
+                "QAT": {  # trained ranges: no calibration
+                    bits: (fine_tuned_qat(model, bits, seed, quick), None)
+                    for bits in (8, 4)
+                },
+            }
             for length in lengths:
-                for mode in MODES + ("int8, equalized",):
-                    used = balanced if mode.endswith("equalized") else model
-                    kernels = mode.split(",")[0]
-                    found = measure(used, calibration, length, kernels, text)
+                for mode in MODES + ("int8, equalized", "int8, QAT", "int4, QAT"):
+                    kernels, _, variant = mode.partition(", ")
+                    used = (model, calibration)
+                    if variant == "QAT":
+                        used = variants["QAT"][8 if kernels == "int8" else 4]
+                    elif variant:
+                        used = variants[variant]
+                    found = measure(*used, length, kernels, text)
                     cells.setdefault((kv_heads, length, mode), []).append(found)
                     print(kv_heads, seed, length, mode, found, flush=True)
     rows = []
@@ -180,6 +205,11 @@ def run(quick):
             "model with its key and value heads' kernel norms equalized (folded "
             "into the query and output projections, the float function "
             "unchanged: `equalized` in this file), a data-free try",
+            "`int8, QAT` and `int4, QAT`: `quantize_aware(model, kernel_bits=8 "
+            "or 4)` fine-tuned one epoch on 1,024 other windows at a tenth of "
+            "the rate, converted without data (its float Keras column is the "
+            "QAT model's own; the fine-tuning trains it further, so compare "
+            "`int4, QAT` with `int8, QAT`)",
             "int4: FULLY_CONNECTED kernels at 4 bits, one scale per kernel "
             "(TFLM refuses per-channel INT4: `docs/edge.md`); activations int8",
             "`python -m benchmarks --only lm_memory`",

@@ -4,7 +4,11 @@
 per-channel kernels of `[-127, 127]`) and stores each FULLY_CONNECTED kernel
 as INT4 (`[-7, 7]`, two values a byte, the first in the low nibble), its
 scale `max |w| / 7` and its int32 bias rescaled to `input scale x kernel
-scale`. Activations stay int8. Measured on this machine (`docs/edge.md`):
+scale`. A kernel trained on one 4-bit grid (`CausalLM(quantize="int4")`;
+the converter stores its 15 levels in int8, per channel) is recognized (each
+value within its int8 rounding of a level of `max |w| / 7`) and keeps those
+levels and that one scale exactly. Activations stay int8. Measured on this
+machine (`docs/edge.md`):
 LiteRT runs INT4 kernels with per-channel scales; TFLM's FULLY_CONNECTED
 runs INT4 kernels with one scale per tensor only (its prepare refuses a
 per-channel INT4 filter), so `per_channel=False` for microcontrollers.
@@ -68,9 +72,17 @@ def _pack(model, kernel, per_channel):
         np.asarray(kernel.quantization.scale, np.float64), (shape[0],)
     ).copy()
     real = values * old[:, None]
-    peak = np.abs(real).max(axis=1) if per_channel else np.abs(real).max()
-    new = np.broadcast_to(np.maximum(peak, 1e-12) / INT4_MAX, (shape[0],)).copy()
-    quantized = np.clip(np.round(real / new[:, None]), -INT4_MAX, INT4_MAX)
+    step = max(np.abs(real).max(), 1e-12) / INT4_MAX  # one 4-bit scale
+    levels = real / step
+    if np.all(np.abs(levels - np.round(levels)) <= old[:, None] / (2 * step) + 1e-9):
+        # Trained on that grid (within the int8 rounding of each value): its
+        # levels exactly, one scale, whatever `per_channel` asks.
+        new = np.full(shape[0], step)
+        quantized = np.round(levels)
+    else:
+        peak = np.abs(real).max(axis=1) if per_channel else np.abs(real).max()
+        new = np.broadcast_to(np.maximum(peak, 1e-12) / INT4_MAX, (shape[0],)).copy()
+        quantized = np.clip(np.round(real / new[:, None]), -INT4_MAX, INT4_MAX)
     flat = quantized.astype(np.int8).reshape(-1)
     if len(flat) % 2:
         flat = np.concatenate([flat, np.zeros(1, np.int8)])

@@ -38,7 +38,7 @@ class QuantizationError(RuntimeError):
 ENGINES = ("posenc", "tfmot")
 
 
-def quantize_aware(model, engine="posenc"):
+def quantize_aware(model, engine="posenc", kernel_bits=8):
     """A quantization-aware copy of `model`, with its weights.
 
     With `engine="posenc"` (the default, Keras 3 and Keras 2) every tensor the
@@ -60,6 +60,9 @@ def quantize_aware(model, engine="posenc"):
             package's layers, or by `keras_posenc.models`), or a `CausalLM`
             (`engine="posenc"` only).
         engine: `"posenc"` or `"tfmot"`.
+        kernel_bits: 8, or 4 for a `CausalLM` (`CausalLM(quantize="int4")`:
+            its projections train on the 4-bit grid `mode="int4"` stores).
+            Defaults to `8`.
 
     Returns:
         A `keras.Model` ready for `compile` and `fit`, then for
@@ -71,8 +74,13 @@ def quantize_aware(model, engine="posenc"):
         )
     from keras_posenc.training.quantization import check_float32, quantize_model
 
+    if engine == "tfmot" and kernel_bits != 8:
+        raise ValueError(
+            "`kernel_bits` must be 8 with engine='tfmot' (its kernels are "
+            f"int8). Received: kernel_bits={kernel_bits!r}"
+        )
     if engine == "posenc":
-        return quantize_model(model)
+        return quantize_model(model, kernel_bits)
     if keras_posenc.IS_KERAS_3:
         raise QuantizationError(
             "engine='tfmot' needs Keras 2: TF-MOT rejects Keras 3 "

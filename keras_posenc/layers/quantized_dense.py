@@ -13,7 +13,8 @@ class QuantizedDense(keras.layers.Dense):
     """`keras.layers.Dense` with its kernel and output fake-quantized to int8.
 
     The kernel is rounded symmetrically to [-127, 127] steps of `max |W| / 127`
-    (per tensor, as TFLite's fully connected kernel) and the output, after
+    (per tensor, as TFLite's fully connected kernel; with `kernel_bits=4`,
+    [-7, 7] steps of `max |W| / 7`, as an INT4 export stores it) and the output, after
     the activation, on a learned range (`ActivationRange`). It takes every
     `Dense` argument; `tflite_export.quantize_aware` puts one in place of
     each `Dense` of a model, with its weights. A `Dense` that reads a float
@@ -28,6 +29,8 @@ class QuantizedDense(keras.layers.Dense):
             Defaults to `0.99`.
         quantize_inputs: bool, also round the input on a learned range.
             Defaults to `False`.
+        kernel_bits: 8 or 4, the kernel's grid, or None for the one of the
+            enclosing `ops.quantization.kernel_bits` (8 outside). Defaults to `None`.
         **kwargs: the other `keras.layers.Dense` arguments.
 
     Call arguments:
@@ -49,13 +52,26 @@ class QuantizedDense(keras.layers.Dense):
     """
 
     def __init__(
-        self, units, activation=None, momentum=0.99, quantize_inputs=False, **kwargs
+        self,
+        units,
+        activation=None,
+        momentum=0.99,
+        quantize_inputs=False,
+        kernel_bits=None,
+        **kwargs,
     ):
         momentum = _checks.rate("momentum", momentum)
         quantize_inputs = _checks.boolean("quantize_inputs", quantize_inputs)
+        if kernel_bits is None:
+            kernel_bits = quantization.current_kernel_bits()
+        if kernel_bits not in quantization.KERNEL_BITS or isinstance(kernel_bits, bool):
+            _checks.fail(
+                "kernel_bits", f"one of {quantization.KERNEL_BITS}", kernel_bits
+            )
         super().__init__(units, activation, **kwargs)
         self.momentum = momentum
         self.quantize_inputs = quantize_inputs
+        self.kernel_bits = int(kernel_bits)
         self.input_range = (
             ActivationRange(momentum, name="input_range", dtype=self.dtype_policy)
             if quantize_inputs
@@ -74,7 +90,8 @@ class QuantizedDense(keras.layers.Dense):
     def call(self, inputs, training=None):
         if self.input_range is not None:
             inputs = self.input_range(inputs, training=training)
-        kernel = tf.cast(quantization.fake_quant_weight(self.kernel), inputs.dtype)
+        kernel = quantization.fake_quant_weight(self.kernel, self.kernel_bits)
+        kernel = tf.cast(kernel, inputs.dtype)
         if inputs.shape.rank > 2:
             outputs = tf.tensordot(inputs, kernel, [[inputs.shape.rank - 1], [0]])
         else:
@@ -88,6 +105,10 @@ class QuantizedDense(keras.layers.Dense):
     def get_config(self):
         config = super().get_config()
         config.update(
-            {"momentum": self.momentum, "quantize_inputs": self.quantize_inputs}
+            {
+                "momentum": self.momentum,
+                "quantize_inputs": self.quantize_inputs,
+                "kernel_bits": self.kernel_bits,
+            }
         )
         return config

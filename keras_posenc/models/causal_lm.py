@@ -57,9 +57,9 @@ class CausalLM(SegmentIdsCheck, Generating, keras.Model):
         attention_options: dict, the attention concern: `attention_window` (block-local;
             generation keeps the band), `num_key_value_heads` (grouped-query: a
             cache of that many key heads). Defaults to `None`.
-        quantize: bool, quantization-aware training: every tensor the int8
-            decoding export rounds, caches included, on learned ranges
-            (`QUANTIZED_METHODS`; `tflite_export.quantize_aware`). Defaults to `False`.
+        quantize: bool, quantization-aware training of every tensor the int8
+            export rounds (`tflite_export.quantize_aware`), or `"int4"`: with
+            4-bit kernels (`mode="int4"`). Defaults to `False`.
         packed: bool, train on packed rows `{"token_ids", "segment_ids"}`
             (`language_modeling.pack`): each document reads as alone
             (`docs/language_models.md`). Defaults to `False`.
@@ -105,39 +105,48 @@ class CausalLM(SegmentIdsCheck, Generating, keras.Model):
                 f"Received: {', '.join(f'{k}={v!r}' for k, v in kwargs.items())}"
             ) from None
         max_length = position_options.get("max_length", DEFAULT_MAX_LENGTH)
-        stack = TransformerStack(
-            position,
-            hidden_dim,
-            num_layers,
-            num_heads,
-            dropout,
-            position_options=dict(position_options),
-            attention_options=dict(attention_options),
-            causal=True,
-            quantize=quantize,
-        )
-        config = {
-            "vocab_size": _checks.positive_int("vocab_size", vocab_size),
-            "sequence_length": check_sequence_length(
-                position, sequence_length, max_length
-            ),
-            "hidden_dim": int(hidden_dim),
-            "num_layers": int(num_layers),
-            "num_heads": int(num_heads),
-            "dropout": float(dropout),
-            "position": position,
-            "position_options": position_options or None,
-            "attention_options": attention_options or None,
-            "quantize": quantize,
-            "packed": _checks.boolean("packed", packed),
-        }
-        rounding = {"quantize": True} if quantize else {}
-        embedding = TokenEmbedding(vocab_size, hidden_dim, name="embedding", **rounding)
-        head = (QuantizedDense if quantize else keras.layers.Dense)(
-            vocab_size, name="logits"
-        )
-        inputs, tokens, segments = packed_inputs(config["sequence_length"], packed)
-        logits = head(stack.forward(embedding(tokens), segment_ids=segments))
+        if not (isinstance(quantize, bool) or quantize == "int4"):
+            _checks.fail(
+                "quantize",
+                "False, True (int8) or 'int4' (4-bit kernels, int8 activations)",
+                quantize,
+            )
+        with ops.quantization.kernel_bits(4 if quantize == "int4" else 8):
+            stack = TransformerStack(
+                position,
+                hidden_dim,
+                num_layers,
+                num_heads,
+                dropout,
+                position_options=dict(position_options),
+                attention_options=dict(attention_options),
+                causal=True,
+                quantize=bool(quantize),
+            )
+            config = {
+                "vocab_size": _checks.positive_int("vocab_size", vocab_size),
+                "sequence_length": check_sequence_length(
+                    position, sequence_length, max_length
+                ),
+                "hidden_dim": int(hidden_dim),
+                "num_layers": int(num_layers),
+                "num_heads": int(num_heads),
+                "dropout": float(dropout),
+                "position": position,
+                "position_options": position_options or None,
+                "attention_options": attention_options or None,
+                "quantize": quantize,
+                "packed": _checks.boolean("packed", packed),
+            }
+            rounding = {"quantize": True} if quantize else {}
+            embedding = TokenEmbedding(
+                vocab_size, hidden_dim, name="embedding", **rounding
+            )
+            head = (QuantizedDense if quantize else keras.layers.Dense)(
+                vocab_size, name="logits"
+            )
+            inputs, tokens, segments = packed_inputs(config["sequence_length"], packed)
+            logits = head(stack.forward(embedding(tokens), segment_ids=segments))
         super().__init__(inputs, logits, name=name, **keras_keywords)
         # Plain attributes (already tracked by the functional graph).
         self._parts = types.SimpleNamespace(stack=stack, embedding=embedding, head=head)

@@ -8,10 +8,42 @@ needs no representative dataset. Ranges are float32; the math runs in float32
 and is cast back to the input's dtype.
 """
 
+import contextlib
+import contextvars
+
 import tensorflow as tf
 
-#: Bits of every quantized tensor.
+#: Bits of every quantized tensor (a kernel may take `KERNEL_BITS` instead).
 NUM_BITS = 8
+#: The widths a fully connected kernel may be rounded to: int8, or 4-bit
+#: (int8 activations; `tflite_export` `mode="int4"` stores them as INT4).
+KERNEL_BITS = (8, 4)
+_KERNEL_BITS = contextvars.ContextVar("keras_posenc_kernel_bits", default=8)
+
+
+@contextlib.contextmanager
+def kernel_bits(bits):
+    """`QuantizedDense` layers made inside round their kernels to `bits`.
+
+    `CausalLM(quantize="int4")` builds its layers inside `kernel_bits(4)`, so
+    every projection it makes (attention, feed-forward, the logits) trains on
+    the 4-bit grid an INT4 export stores; a layer's own `kernel_bits`
+    argument wins.
+    """
+    if bits not in KERNEL_BITS:
+        raise ValueError(f"`bits` must be one of {KERNEL_BITS}. Received: {bits!r}")
+    token = _KERNEL_BITS.set(bits)
+    try:
+        yield
+    finally:
+        _KERNEL_BITS.reset(token)
+
+
+def current_kernel_bits():
+    """The kernel width `QuantizedDense` layers made now take by default."""
+    return _KERNEL_BITS.get()
+
+
 #: TFLite fixes the softmax output at scale 1/256, zero point -128.
 SOFTMAX_RANGE = (0.0, 255.0 / 256.0)
 #: Ranges never collapse to zero width (an all-zero kernel still has a scale).
@@ -32,17 +64,19 @@ def fake_quant(x, minimum, maximum):
     return tf.cast(rounded, x.dtype)
 
 
-def fake_quant_weight(weight):
+def fake_quant_weight(weight, bits=NUM_BITS):
     """A weight rounded symmetrically to [-127, 127] steps of `max |w| / 127`.
 
     Per tensor, as TFLite quantizes a fully connected kernel when its range
     comes from training; the range is read from the weight itself, so the
-    converter folds it into the constant.
+    converter folds it into the constant. `bits=4`: [-7, 7] steps of
+    `max |w| / 7` (the converter then writes an int8 kernel of those 15
+    values, which `tflite_export.int4` stores as INT4 unchanged).
     """
     w = tf.cast(weight, tf.float32)
     limit = tf.maximum(tf.reduce_max(tf.abs(w)), MIN_WEIGHT_RANGE)
     rounded = tf.quantization.fake_quant_with_min_max_vars(
-        w, -limit, limit, num_bits=NUM_BITS, narrow_range=True
+        w, -limit, limit, num_bits=bits, narrow_range=True
     )
     return tf.cast(rounded, weight.dtype)
 

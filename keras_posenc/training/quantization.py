@@ -57,13 +57,14 @@ REPLACED = {keras.layers.Dense: QuantizedDense, keras.layers.Add: QuantizedAdd}
 PASS_THROUGH = (keras.layers.InputLayer, keras.layers.Dropout)
 
 
-def quantize_model(model):
+def quantize_model(model, kernel_bits=8):
     """A quantization-aware copy of `model`, with its weights.
 
     Args:
         model: a float `CausalLM` or functional `keras.Model` of the layers
             whose rounding is modelled (`ROUNDING_LAYERS`, `REPLACED`,
             `PASS_THROUGH`), as the builders make them for `QUANTIZED_METHODS`.
+        kernel_bits: 8, or 4 for a `CausalLM` (`quantize="int4"`).
 
     Returns:
         A `keras.Model` with the same inputs, outputs and float weights, whose
@@ -71,9 +72,20 @@ def quantize_model(model):
         `qat_model(x, training=True)`, which changes no weight): until then
         `tflite_export` refuses to convert it.
     """
+    if kernel_bits not in (8, 4) or isinstance(kernel_bits, bool):
+        raise ValueError(
+            f"`kernel_bits` must be 8 or 4. Received: kernel_bits={kernel_bits!r}"
+        )
+    if kernel_bits == 4 and not isinstance(model, CausalLM):
+        raise ValueError(
+            "`kernel_bits` must be 8 for this model: 4-bit kernels are trained "
+            "for a CausalLM (its config keeps them; the attention layers of "
+            "another model would rebuild their kernels at 8 bits when it is "
+            f"loaded). Received: kernel_bits=4, model={type(model).__name__}"
+        )
     if isinstance(model, CausalLM):
         check_float32(model)
-        return _quantized_causal_lm(model)
+        return _quantized_causal_lm(model, kernel_bits)
     if not isinstance(model, keras.Model) or not getattr(model, "inputs", None):
         raise TypeError(
             f"`model` must be a functional keras.Model. Received: {model!r}"
@@ -247,15 +259,17 @@ def _rounding_copy(layer, readers):
     return type(layer).from_config(config)
 
 
-def _quantized_causal_lm(model):
-    """`CausalLM(quantize=True)` of `model`'s config, with its weights."""
+def _quantized_causal_lm(model, kernel_bits=8):
+    """`CausalLM(quantize=True)` (or `"int4"`) of `model`'s config, with its
+    weights."""
     config = model.get_config()
     if config.get("quantize"):
         raise ValueError(
             f"`model` must be a float CausalLM. Received: {model.name}, which "
             "was built with quantize=True"
         )
-    copy = CausalLM.from_config({**config, "quantize": True})
+    mode = "int4" if kernel_bits == 4 else True
+    copy = CausalLM.from_config({**config, "quantize": mode})
     for layer in model.layers:
         if layer.weights:
             _copy_weights(layer, copy.get_layer(layer.name))

@@ -5,6 +5,7 @@ import gc
 import numpy as np
 import pytest
 import tensorflow as tf
+from kernels import fully_connected_kernels
 from marks import split_between_passes
 from ops_oracle import assert_header_lists_the_model_ops
 
@@ -472,37 +473,6 @@ def test_grouped_query_lms_export_with_a_cache_of_their_key_heads(position):
     assert grouped.cache_bytes * 4 == multi.cache_bytes
     tflm_bytes = convert_causal_lm(model, calibration(), max_length=16, target="tflm")
     assert_tflm_decodes_as_litert(tflm_bytes)
-
-
-def fully_connected_kernels(model_bytes):
-    """`[(kernel tensor, its bytes, bias tensor, bias bytes, input scale)]`."""
-    from tensorflow.lite.tools import flatbuffer_utils
-
-    model = flatbuffer_utils.convert_bytearray_to_object(bytearray(model_bytes))
-    found = []
-    for graph in model.subgraphs:
-        for op in graph.operators:
-            if (
-                flatbuffer_utils.opcode_to_name(model, op.opcodeIndex)
-                != "FULLY_CONNECTED"
-            ):
-                continue
-            kernel = graph.tensors[op.inputs[1]]
-            bias = graph.tensors[op.inputs[2]] if op.inputs[2] >= 0 else None
-            found.append(
-                (
-                    kernel,
-                    np.asarray(model.buffers[kernel.buffer].data, np.uint8),
-                    bias,
-                    None
-                    if bias is None
-                    else np.asarray(model.buffers[bias.buffer].data, np.uint8).view(
-                        np.int32
-                    ),
-                    graph.tensors[op.inputs[0]].quantization.scale[0],
-                )
-            )
-    return found
 
 
 @pytest.mark.parametrize("target", ["tflm", "litert"])

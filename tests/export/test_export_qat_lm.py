@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from compiling import compile_built
+from kernels import fully_connected_kernels
 from ops_oracle import assert_header_lists_the_model_ops
 
 import tflite_export
@@ -27,7 +28,9 @@ def counting(rows, length=17):
     return ((starts + np.arange(length)[None]) % 10 + 1).astype("int32")
 
 
-def trained_qat(position, layers=2, window=None, qat_epochs=1, **options):
+def trained_qat(
+    position, layers=2, window=None, qat_epochs=1, kernel_bits=8, **options
+):
     """A trained float LM made quantization-aware, then fine-tuned for
     `qat_epochs` (0: one call in training mode sets its ranges, the weights
     stay the float model's)."""
@@ -48,7 +51,7 @@ def trained_qat(position, layers=2, window=None, qat_epochs=1, **options):
     # rounding moves none (3 epochs: `gated` lost 4 of 20 in TFLM).
     epochs = 3 if qat_epochs else 8
     model.fit(x[:, :-1], x[:, 1:], epochs=epochs, batch_size=32, verbose=0)
-    qat = tflite_export.quantize_aware(model)
+    qat = tflite_export.quantize_aware(model, kernel_bits=kernel_bits)
     if not qat_epochs:
         qat(x[:32, :-1], training=True)  # each range from its first batch
         return qat
@@ -230,3 +233,60 @@ def test_a_grouped_query_qat_lm_runs_in_tflm_without_data():
     want = qat.generate(prompts, max_new_tokens=10)
     got = tflite_export.generate_tflite(model_bytes, prompts, 10, runtime="tflm")
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.slow
+def test_a_4_bit_qat_lm_exports_its_trained_grid_to_int4_without_data():
+    """`quantize_aware(kernel_bits=4)` trains every projection on the grid
+    an INT4 export stores (`max |W| / 7` steps): in LiteRT (per-channel
+    INT4 elsewhere) and TFLM, each INT4 kernel is exactly a QAT kernel's
+    levels and scale (no second rounding), and TFLM generates the QAT
+    model's tokens without data."""
+    pytest.importorskip("tflite_micro", reason="needs tflite-micro (TFLM)")
+    from keras_posenc.layers import QuantizedDense
+    from keras_posenc.ops.quantization import fake_quant_weight
+    from keras_posenc.utils import nested_layers
+
+    qat = trained_qat("alibi", kernel_bits=4)
+    assert qat.get_config()["quantize"] == "int4"
+    grids = [
+        (layer.kernel.numpy(), fake_quant_weight(layer.kernel, 4).numpy().T)
+        for layer in nested_layers(qat)
+        if isinstance(layer, QuantizedDense)
+    ]
+    assert len(grids) == 2 * 6 + 1  # 6 a layer, and the logits
+    for target in ("litert", "tflm"):
+        model_bytes = tflite_export.convert_causal_lm(
+            qat, None, mode="int4", max_length=20, target=target
+        )
+        kernels = fully_connected_kernels(model_bytes)
+        assert len(kernels) == len(grids) * (2 if target == "litert" else 1)
+        for kernel, packed, *_ in kernels:
+            assert len(kernel.quantization.scale) == 1
+            low, high = packed & 0x0F, packed >> 4
+            levels = np.stack([low, high], 1).reshape(-1).astype(np.int8)
+            levels = np.where(levels > 7, levels - 16, levels)
+            values = levels[: np.prod(kernel.shape)].reshape(kernel.shape)
+            real = values * np.float32(kernel.quantization.scale[0])
+            assert any(
+                grid.shape == real.shape and np.allclose(grid, real, rtol=1e-5)
+                for _, grid in grids
+            ), kernel.name
+    prompts = [[1, 2, 3, 4], [7, 8]]
+    np.testing.assert_array_equal(
+        tflite_export.generate_tflite(model_bytes, prompts, 10, runtime="tflm"),
+        qat.generate(prompts, max_new_tokens=10),
+    )
+
+
+def test_4_bit_kernels_are_refused_where_they_cannot_be_kept():
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
+    with pytest.raises(ValueError, match="kernel_bits.*must be 8 for this model"):
+        tflite_export.quantize_aware(model, kernel_bits=4)
+    lm = build_causal_lm(VOCAB, hidden_dim=8, num_layers=1, num_heads=2)
+    with pytest.raises(ValueError, match="kernel_bits.*must be 8 or 4.*3"):
+        tflite_export.quantize_aware(lm, kernel_bits=3)
+    with pytest.raises(ValueError, match="kernel_bits.*must be 8 with engine='tfmot'"):
+        tflite_export.quantize_aware(lm, engine="tfmot", kernel_bits=4)
+    with pytest.raises(ValueError, match="quantize.*'int4'.*int5"):
+        build_causal_lm(VOCAB, hidden_dim=8, num_layers=1, quantize="int5")

@@ -3,7 +3,7 @@ import pytest
 import tensorflow as tf
 from layer_checks import check_layer
 
-from keras_posenc import QuantizedDense
+from keras_posenc import QuantizedDense, ops
 
 
 @pytest.mark.slow
@@ -18,10 +18,10 @@ def test_layer_checks(tmp_path):
     )
 
 
-def dense_oracle(layer, x):
+def dense_oracle(layer, x, levels=127):
     """NumPy: a kernel rounded per tensor, the output on the batch's own range."""
     kernel, bias = (w.numpy() for w in (layer.kernel, layer.bias))
-    step = np.abs(kernel).max() / 127
+    step = np.abs(kernel).max() / levels
     y = x @ (np.round(kernel / step) * step) + bias
     low, high = min(y.min(), 0.0), max(y.max(), 0.0)
     scale = (high - low) / 255
@@ -62,3 +62,24 @@ def test_quantize_inputs_rounds_the_input_on_its_own_range():
 def test_rejects_a_quantize_inputs_that_is_not_a_bool():
     with pytest.raises(TypeError, match="`quantize_inputs` must be a bool"):
         QuantizedDense(3, quantize_inputs="yes")
+
+
+def test_4_bit_kernels_round_to_seven_steps_a_side_and_keep_their_width():
+    x = np.random.default_rng(2).normal(size=(4, 6)).astype("float32")
+    layer = QuantizedDense(3, kernel_bits=4)
+    got = layer(x, training=True).numpy()
+    np.testing.assert_allclose(got, dense_oracle(layer, x, levels=7), atol=1e-5)
+    assert QuantizedDense.from_config(layer.get_config()).kernel_bits == 4
+    with ops.quantization.kernel_bits(4):  # the default of layers made inside
+        assert QuantizedDense(3).kernel_bits == 4
+        assert QuantizedDense(3, kernel_bits=8).kernel_bits == 8
+    assert QuantizedDense(3).kernel_bits == 8
+
+
+@pytest.mark.parametrize("bits", [2, 16, True, "4"])
+def test_rejects_a_kernel_width_other_than_8_or_4(bits):
+    with pytest.raises(ValueError, match="`kernel_bits` must be one of .8, 4."):
+        QuantizedDense(3, kernel_bits=bits)
+    with pytest.raises(ValueError, match="`bits` must be one of"):
+        with ops.quantization.kernel_bits(bits):
+            pass

@@ -107,3 +107,26 @@ def test_a_quantized_lm_fits_saves_and_reloads(tmp_path):
     assert loaded.get_config() == qat.get_config()
     np.testing.assert_allclose(loaded(x), qat(x), atol=1e-6)  # ranges too
     np.testing.assert_allclose(stepwise(loaded, x), qat(x), atol=1e-5)
+
+
+def test_a_4_bit_lm_keeps_its_kernel_grid_through_a_save(tmp_path):
+    """`quantize_aware(kernel_bits=4)`: `CausalLM(quantize="int4")`, whose
+    every projection (attention, feed-forward, logits) rounds its kernel to
+    `max |W| / 7` steps; loaded from `.keras`, it rebuilds them so."""
+    qat = tflite_export.quantize_aware(small(num_layers=1), kernel_bits=4)
+    assert qat.get_config()["quantize"] == "int4"
+    x = tokens()
+    qat(x, training=True)  # the ranges from one batch
+    path = os.path.join(tmp_path, "int4_lm.keras")
+    qat.save(path)
+    for model in (qat, keras.models.load_model(path)):
+        dense = [d for d in nested_layers(model) if isinstance(d, QuantizedDense)]
+        assert len(dense) == 6 + 1
+        assert {d.kernel_bits for d in dense} == {4}
+    loaded = keras.models.load_model(path)
+    assert loaded.get_config() == qat.get_config()
+    np.testing.assert_allclose(loaded(x), qat(x), atol=1e-6)
+    eight = tflite_export.quantize_aware(small(num_layers=1))
+    assert {
+        d.kernel_bits for d in nested_layers(eight) if isinstance(d, QuantizedDense)
+    } == {8}
