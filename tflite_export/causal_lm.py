@@ -107,7 +107,8 @@ def convert_causal_lm(
             first `CALIBRATION_SEQUENCES` decoded to calibrate), or None for
             a quantization-aware model (`mode="int8"`, trained ranges).
         mode: `"int8"`, `"int4"` (int8 with 4-bit kernels: per channel in LiteRT,
-            per tensor in TFLM) or `"float32"`.
+            per tensor in TFLM; a `quantize="int4"` model's trained grid kept
+            exactly) or `"float32"`.
         max_length: int, the cache length S (the longest prompt plus
             generated text). Defaults to `64`; must be None with `streaming`
             (the cache then has `streaming.slots` slots).

@@ -160,9 +160,10 @@ def test_data_free_conversion_needs_a_quantization_aware_int8_model():
         tflite_export.convert(qat, None, mode="int8")
 
 
-if IS_KERAS_3:  # Checks of the converter on a trained or edited QAT graph: one
-    # pass (the default Keras) runs them; the Keras 2 pass converts a QAT
-    # model without data above (`t5`) and in `tests/export/test_export_qat_lm.py`.
+if not IS_KERAS_3:  # Checks of the converter on a trained or edited QAT
+    # graph: one pass runs them (Keras 2, the shorter pass); the Keras 3 pass
+    # converts QAT models without data above (every method but `t5` and
+    # `rope`) and in `tests/export/test_export_qat_lm.py`.
 
     @pytest.mark.slow
     def test_a_qat_model_converts_without_data_to_the_model_it_trained():

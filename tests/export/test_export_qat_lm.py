@@ -214,12 +214,19 @@ def test_a_mixed_precision_lm_is_refused_for_int8_naming_the_policy():
         tflite_export.convert_causal_lm(model, counting(2, 8), max_length=8)
 
 
+@pytest.fixture(scope="module")
+def grouped_int4_qat():
+    """One key head for 2 query heads, every kernel trained on 4 bits: one
+    QAT training (~15 s) for the grouped-query and the 4-bit tests."""
+    return trained_qat("alibi", num_key_value_heads=1, kernel_bits=4)
+
+
 @pytest.mark.slow
-def test_a_grouped_query_qat_lm_runs_in_tflm_without_data():
+def test_a_grouped_query_qat_lm_runs_in_tflm_without_data(grouped_int4_qat):
     """`num_key_value_heads=1` (2 query heads): the key and value caches'
     ranges learned in QAT, the TFLM step the QAT model's tokens."""
     pytest.importorskip("tflite_micro", reason="needs tflite-micro (TFLM)")
-    qat = trained_qat("alibi", num_key_value_heads=1)
+    qat = grouped_int4_qat
     model_bytes = tflite_export.convert_causal_lm(
         qat, None, max_length=20, target="tflm"
     )
@@ -236,7 +243,9 @@ def test_a_grouped_query_qat_lm_runs_in_tflm_without_data():
 
 
 @pytest.mark.slow
-def test_a_4_bit_qat_lm_exports_its_trained_grid_to_int4_without_data():
+def test_a_4_bit_qat_lm_exports_its_trained_grid_to_int4_without_data(
+    grouped_int4_qat,
+):
     """`quantize_aware(kernel_bits=4)` trains every projection on the grid
     an INT4 export stores (`max |W| / 7` steps): in LiteRT (per-channel
     INT4 elsewhere) and TFLM, each INT4 kernel is exactly a QAT kernel's
@@ -247,7 +256,7 @@ def test_a_4_bit_qat_lm_exports_its_trained_grid_to_int4_without_data():
     from keras_posenc.ops.quantization import fake_quant_weight
     from keras_posenc.utils import nested_layers
 
-    qat = trained_qat("alibi", kernel_bits=4)
+    qat = grouped_int4_qat
     assert qat.get_config()["quantize"] == "int4"
     grids = [
         (layer.kernel.numpy(), fake_quant_weight(layer.kernel, 4).numpy().T)
