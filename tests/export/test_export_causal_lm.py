@@ -51,10 +51,11 @@ def signature_details(model_bytes):
     return found
 
 
-#: One method per kind of producer in the Keras 2 pass, the others in the
-#: Keras 3 pass (`split_between_passes`).
+#: One method per kind of producer and four more in the Keras 2 pass (the
+#: shorter one), the others in the Keras 3 pass (`split_between_passes`).
 EXPORTED = split_between_passes(
-    POSITION_METHODS, ("t5", "rope", "hybrid", "recursive", "gated")
+    POSITION_METHODS,
+    ("t5", "rope", "hybrid", "recursive", "gated", "xpos", "kerple", "fire", "cope"),
 )
 
 

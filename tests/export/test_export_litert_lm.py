@@ -184,7 +184,8 @@ def test_an_existing_file_is_kept_unless_forced(tmp_path):
 
 
 EXPORTED = split_between_passes(
-    sorted(set(METHODS) - set(REFUSED)), ("t5", "rope", "hpn", "gated")
+    sorted(set(METHODS) - set(REFUSED)),
+    ("t5", "rope", "hpn", "gated", "xpos", "kerple", "fire", "dynamic_bias"),
 )
 
 
