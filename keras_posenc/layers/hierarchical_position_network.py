@@ -398,7 +398,8 @@ class HierarchicalPositionNetwork(keras.layers.Layer):
         (its rows at `where = (start_index, max_length)` when decoding).
         """
         kernel = hidden.kernel  # (2D, hidden)
-        content_kernel = quantization.fake_quant_weight(kernel[: self.dim])
+        bits = getattr(hidden, "kernel_bits", quantization.NUM_BITS)  # 4: int4 LMs
+        content_kernel = quantization.fake_quant_weight(kernel[: self.dim], bits)
         content = tf.tensordot(
             inputs, tf.cast(content_kernel, inputs.dtype), [[2], [0]]
         )  # (B, T, hidden)

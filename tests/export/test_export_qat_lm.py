@@ -5,6 +5,7 @@ import pytest
 import tensorflow as tf
 from compiling import compile_built
 from kernels import fully_connected_kernels
+from marks import split_between_passes
 from ops_oracle import assert_header_lists_the_model_ops
 
 import tflite_export
@@ -286,6 +287,25 @@ def test_a_4_bit_qat_lm_exports_its_trained_grid_to_int4_without_data(
         tflite_export.generate_tflite(model_bytes, prompts, 10, runtime="tflm"),
         qat.generate(prompts, max_new_tokens=10),
     )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "position", split_between_passes(["hpn", "recursive"], ["recursive"])
+)
+def test_the_generators_kernels_train_on_4_bits_too(position):
+    """The projections a position generator makes (hpn's first layer, whose
+    content half is a fully connected kernel of its own; the recursive
+    blocks' attention and feed-forward) are on the 4-bit grid as well: every
+    INT4 kernel keeps one scale in LiteRT, where a kernel rounded afterwards
+    would take one per channel."""
+    pytest.importorskip("ai_edge_litert", reason="needs ai-edge-litert (LiteRT)")
+    qat = trained_qat(position, qat_epochs=0, kernel_bits=4)
+    model_bytes = tflite_export.convert_causal_lm(qat, None, mode="int4", max_length=20)
+    scales = [
+        len(k.quantization.scale) for k, *_ in fully_connected_kernels(model_bytes)
+    ]
+    assert scales and set(scales) == {1}
 
 
 def test_4_bit_kernels_are_refused_where_they_cannot_be_kept():
