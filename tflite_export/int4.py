@@ -74,7 +74,7 @@ def _pack(model, kernel, per_channel):
     real = values * old[:, None]
     step = max(np.abs(real).max(), 1e-12) / INT4_MAX  # one 4-bit scale
     levels = real / step
-    if np.all(np.abs(levels - np.round(levels)) <= old[:, None] / (2 * step) + 1e-9):
+    if np.all(np.abs(levels - np.round(levels)) <= old[:, None] / (2 * step) + 1e-6):
         # Trained on that grid (within the int8 rounding of each value): its
         # levels exactly, one scale, whatever `per_channel` asks.
         new = np.full(shape[0], step)
