@@ -259,8 +259,8 @@ def test_a_4_bit_qat_lm_exports_its_trained_grid_to_int4_without_data(
 
     qat = grouped_int4_qat
     assert qat.get_config()["quantize"] == "int4"
-    grids = [
-        (layer.kernel.numpy(), fake_quant_weight(layer.kernel, 4).numpy().T)
+    grids = [  # each projection's 4-bit kernel, laid out as TFLite's (out, in)
+        fake_quant_weight(layer.kernel, 4).numpy().T
         for layer in nested_layers(qat)
         if isinstance(layer, QuantizedDense)
     ]
@@ -280,7 +280,7 @@ def test_a_4_bit_qat_lm_exports_its_trained_grid_to_int4_without_data(
             real = values * np.float32(kernel.quantization.scale[0])
             assert any(
                 grid.shape == real.shape and np.allclose(grid, real, rtol=1e-5)
-                for _, grid in grids
+                for grid in grids
             ), kernel.name
     prompts = [[1, 2, 3, 4], [7, 8]]
     np.testing.assert_array_equal(

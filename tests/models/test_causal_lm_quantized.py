@@ -119,11 +119,11 @@ def test_a_4_bit_lm_keeps_its_kernel_grid_through_a_save(tmp_path):
     qat(x, training=True)  # the ranges from one batch
     path = os.path.join(tmp_path, "int4_lm.keras")
     qat.save(path)
-    for model in (qat, keras.models.load_model(path)):
+    loaded = keras.models.load_model(path)
+    for model in (qat, loaded):
         dense = [d for d in nested_layers(model) if isinstance(d, QuantizedDense)]
         assert len(dense) == 6 + 1
         assert {d.kernel_bits for d in dense} == {4}
-    loaded = keras.models.load_model(path)
     assert loaded.get_config() == qat.get_config()
     np.testing.assert_allclose(loaded(x), qat(x), atol=1e-6)
     eight = tflite_export.quantize_aware(small(num_layers=1))
