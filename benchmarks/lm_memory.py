@@ -137,21 +137,15 @@ def run(quick):
     for kv_heads in KEY_HEADS:
         for seed in seeds:
             model, calibration = trained(kv_heads, seed, quick)
-            variants = {
-                "equalized": (equalized(model), calibration),
-                "QAT": {  # trained ranges: no calibration
-                    bits: (fine_tuned_qat(model, bits, seed, quick), None)
-                    for bits in (8, 4)
-                },
+            variants = {  # mode -> (model, calibration: None for trained ranges)
+                **{mode: (model, calibration) for mode in MODES},
+                "int8, equalized": (equalized(model), calibration),
+                "int8, QAT": (fine_tuned_qat(model, 8, seed, quick), None),
+                "int4, QAT": (fine_tuned_qat(model, 4, seed, quick), None),
             }
             for length in lengths:
-                for mode in MODES + ("int8, equalized", "int8, QAT", "int4, QAT"):
-                    kernels, _, variant = mode.partition(", ")
-                    used = (model, calibration)
-                    if variant == "QAT":
-                        used = variants["QAT"][8 if kernels == "int8" else 4]
-                    elif variant:
-                        used = variants[variant]
+                for mode, used in variants.items():
+                    kernels = mode.split(",")[0]
                     found = measure(*used, length, kernels, text)
                     cells.setdefault((kv_heads, length, mode), []).append(found)
                     print(kv_heads, seed, length, mode, found, flush=True)

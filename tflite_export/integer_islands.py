@@ -93,18 +93,19 @@ def integer_update_slices(model_bytes, requantize_cache=False):
         graph.operators = operators
     if not changed:
         return model_bytes
-    for graph in model.subgraphs:
-        _drop_unused_tensors(model, graph)
+    for index, graph in enumerate(model.subgraphs):
+        _drop_unused_tensors(model, index, graph)
     return bytes(flatbuffer_utils.convert_object_to_bytearray(model))
 
 
-def _drop_unused_tensors(model, graph):
-    """Removes the tensors no op, input or output reads (the rewired islands'
-    float tensors: TFLM's planner would still give them arena)."""
-    index = model.subgraphs.index(graph)
+def _drop_unused_tensors(model, index, graph):
+    """Removes the tensors of subgraph `index` that no op, input or output
+    reads (the rewired islands' float tensors: TFLM's planner would still
+    give them arena)."""
     used = set(int(t) for t in graph.inputs) | set(int(t) for t in graph.outputs)
     for op in graph.operators:
-        used |= {int(t) for t in op.inputs if t >= 0} | {int(t) for t in op.outputs}
+        for group in (op.inputs, op.outputs, op.intermediates):
+            used |= {int(t) for t in (() if group is None else group) if t >= 0}
     if len(used) == len(graph.tensors):
         return
     kept = sorted(used)

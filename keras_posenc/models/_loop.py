@@ -243,12 +243,12 @@ def phase_widths(total, phases=4, smallest=None):
 
     At most `phases` equal steps of at least `smallest` slots (multiples of
     8; `PHASE_SLOTS` by default): a phase more is one more copy of the step
-    for XLA to compile, about 0.35 s of the first call on 2 cores, which
-    phases narrower than 256 slots do not win back in a few hundred steps
-    (a 256-slot cache: one phase, first call 1.22 s and 9,227 tokens/s at
-    batch 1, against 2.30 s and 15,199 in 4 phases of 64; at batch 8 one
-    phase is also the faster, 20,406 against 9,009: the phases' loops hand
-    the caches on by copying them).
+    for XLA to compile, which phases narrower than 256 slots do not win back
+    in a few hundred steps. `python -m benchmarks --only generate` (a
+    256-slot cache, `docs/measurements.md`): the XLA first call at batch 1
+    took 2.52 s in 4 phases of 64 and takes 1.20 s in one; the batch-1 rate
+    went 13,820 -> 8,991 tokens/s, the batch-8 rate 9,344 -> 19,540 (the
+    phases' loops hand the caches on by copying them).
     """
     smallest = PHASE_SLOTS if smallest is None else smallest
     step = max(smallest, -(-total // phases))

@@ -111,6 +111,22 @@ class CausalLM(SegmentIdsCheck, Generating, keras.Model):
                 "False, True (int8) or 'int4' (4-bit kernels, int8 activations)",
                 quantize,
             )
+        config = {
+            "vocab_size": _checks.positive_int("vocab_size", vocab_size),
+            "sequence_length": check_sequence_length(
+                position, sequence_length, max_length
+            ),
+            "hidden_dim": int(hidden_dim),
+            "num_layers": int(num_layers),
+            "num_heads": int(num_heads),
+            "dropout": float(dropout),
+            "position": position,
+            "position_options": position_options or None,
+            "attention_options": attention_options or None,
+            "quantize": quantize,
+            "packed": _checks.boolean("packed", packed),
+        }
+        # Every QuantizedDense made here rounds its kernel to the LM's width.
         with ops.quantization.kernel_bits(4 if quantize == "int4" else 8):
             stack = TransformerStack(
                 position,
@@ -123,21 +139,6 @@ class CausalLM(SegmentIdsCheck, Generating, keras.Model):
                 causal=True,
                 quantize=bool(quantize),
             )
-            config = {
-                "vocab_size": _checks.positive_int("vocab_size", vocab_size),
-                "sequence_length": check_sequence_length(
-                    position, sequence_length, max_length
-                ),
-                "hidden_dim": int(hidden_dim),
-                "num_layers": int(num_layers),
-                "num_heads": int(num_heads),
-                "dropout": float(dropout),
-                "position": position,
-                "position_options": position_options or None,
-                "attention_options": attention_options or None,
-                "quantize": quantize,
-                "packed": _checks.boolean("packed", packed),
-            }
             rounding = {"quantize": True} if quantize else {}
             embedding = TokenEmbedding(
                 vocab_size, hidden_dim, name="embedding", **rounding

@@ -36,6 +36,7 @@ from keras_posenc.layers.sinusoidal_position_encoding import (
 from keras_posenc.layers.token_embedding import TokenEmbedding
 from keras_posenc.models.causal_lm import CausalLM
 from keras_posenc.models.methods import QUANTIZED_METHODS  # noqa: F401 (public)
+from keras_posenc.ops.quantization import KERNEL_BITS
 from keras_posenc.utils import nested_layers
 
 #: Package layers rebuilt with `quantize=True`.
@@ -72,7 +73,7 @@ def quantize_model(model, kernel_bits=8):
         `qat_model(x, training=True)`, which changes no weight): until then
         `tflite_export` refuses to convert it.
     """
-    if kernel_bits not in (8, 4) or isinstance(kernel_bits, bool):
+    if kernel_bits not in KERNEL_BITS or isinstance(kernel_bits, bool):
         raise ValueError(
             f"`kernel_bits` must be 8 or 4. Received: kernel_bits={kernel_bits!r}"
         )
