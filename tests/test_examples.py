@@ -83,9 +83,12 @@ def test_the_qat_example_runs_the_packages_own_qat_to_a_c_array(tmp_path):
 
     _, report = qat_microcontroller.main(["--out", str(tmp_path), "--quick"])
     assert report.tflm_ok, report.tflm_error
-    # TFLM's kernels round some outputs a few steps off LiteRT's (seen: 6 and
-    # 9 on this one-epoch model): at most one test image answers otherwise.
-    assert abs(report.accuracy_tflm - report.accuracy_litert) <= 1 / 52 + 1e-9
+    # The quick model learns (0.90 seen on 128 test images), so its logits are
+    # not near ties: TFLM's double rounding and LiteRT's single rounding
+    # (docs/edge.md) change at most one test image's answer.
+    images = 128
+    assert report.accuracy_litert >= 0.5
+    assert abs(report.accuracy_tflm - report.accuracy_litert) <= 1 / images + 1e-9
     header = (tmp_path / "digits_qat.h").read_text()
     assert f"#define G_MODEL_ARENA_BYTES {report.arena_bytes}\n" in header
 

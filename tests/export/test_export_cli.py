@@ -1,6 +1,7 @@
 import os
 import pathlib
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -338,8 +339,15 @@ def test_sigterm_during_verification_leaves_nothing_behind(saved, tmp_path):
     workers, deadline = [], time.time() + 240
     while not workers and time.time() < deadline and cli.poll() is None:
         time.sleep(0.1)
-        workers = _children(cli.pid)  # the TFLM worker: verification started
+        # The TFLM worker itself (exec'd: its own command line): the CLI's
+        # other children (e.g. a library's ldconfig while TensorFlow is
+        # imported, before the CLI's handler is installed) are not it.
+        workers = _children(cli.pid, "tflite_export._tflm_worker")
     assert workers, "the export ended before its TFLM verification could be seen"
+    # Frozen, the worker cannot finish before the signal lands, however
+    # loaded the machine: the CLI is certainly waiting on it.
+    for worker in workers:
+        os.kill(worker, signal.SIGSTOP)
     cli.terminate()
     _, err = cli.communicate(timeout=60)
     assert cli.returncode == 128 + 15

@@ -33,7 +33,8 @@ def test_float_tensors_pass_through(function):
     np.testing.assert_array_equal(function(values, FLOAT), values)
 
 
-def _children(pid):
+def _children(pid, module=None):
+    """The processes whose parent is `pid` (running `module`, if given)."""
     found = []
     for entry in os.listdir("/proc"):
         try:
@@ -42,8 +43,18 @@ def _children(pid):
         except (OSError, IndexError):
             continue
         if entry.isdigit() and int(fields[1]) == pid:
-            found.append(int(entry))
+            if module is None or module in _command_line(entry):
+                found.append(int(entry))
     return found
+
+
+def _command_line(pid):
+    """The process' arguments as one string ("" once it is gone)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            return handle.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
 
 
 def _alive(pid):
