@@ -105,7 +105,7 @@ def convert_causal_lm(
         model: a `CausalLM` (`keras_posenc.models.build_causal_lm`).
         calibration_ids: int array `(N, L)` of real token sequences (the
             first `CALIBRATION_SEQUENCES` decoded to calibrate), or None for
-            a quantization-aware model (`mode="int8"`, trained ranges).
+            `mode="float32"` or a quantization-aware model (trained ranges).
         mode: `"int8"`, `"int4"` (int8 with 4-bit kernels: per channel in LiteRT,
             per tensor in TFLM; a `quantize="int4"` model's trained grid kept
             exactly) or `"float32"`.
@@ -169,20 +169,25 @@ def convert_causal_lm(
     check_float32(model, None if mode != "float32" else FLOAT32_PURPOSE)
     if mode != "float32":
         refuse_float_only_layers(model, "int8")
-    trained_ranges = calibration_ids is None
-    if trained_ranges:
-        if not model.get_config().get("quantize"):
-            raise ExportError(
-                "`calibration_ids` may be None only for a quantization-aware "
-                "CausalLM (quantize=True, e.g. from tflite_export.quantize_aware"
-                f"). Received: None for {model.name}, built with quantize=False"
-            )
-        if mode == "float32":
-            raise ExportError(
-                "A quantization-aware CausalLM converts without data in "
-                f"mode='int8' or 'int4' only. Received: mode={mode!r}"
-            )
-    else:
+    # float32 calibrates nothing; int8 without data reads trained ranges.
+    trained_ranges = calibration_ids is None and mode != "float32"
+    if trained_ranges and not model.get_config().get("quantize"):
+        raise ExportError(
+            f"`calibration_ids` may be None in mode={mode!r} only for a "
+            "quantization-aware CausalLM (quantize=True, e.g. from "
+            "tflite_export.quantize_aware) or in mode='float32'. Received: None "
+            f"for {model.name}, built with quantize=False"
+        )
+    if (
+        calibration_ids is None
+        and mode == "float32"
+        and model.get_config().get("quantize")
+    ):
+        raise ExportError(
+            "A quantization-aware CausalLM converts without data in "
+            f"mode='int8' or 'int4' only. Received: mode={mode!r}"
+        )
+    if calibration_ids is not None:
         ids = check_calibration_ids(model, calibration_ids)
     keys = ["prefill", "decode"]
     # A padded prefill would read max_length as a length-dependent type's

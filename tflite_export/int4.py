@@ -20,10 +20,16 @@ import numpy as np
 KERNEL_OPS = ("FULLY_CONNECTED",)
 #: The largest magnitude of a symmetric 4-bit value.
 INT4_MAX = 7
+#: The largest int32 bias.
+INT32_MAX = 2**31 - 1
 
 
 def int4_kernels(model_bytes, per_channel=True):
     """`model_bytes` with every int8 FULLY_CONNECTED kernel stored as INT4.
+
+    Kernels that share one buffer (the converter keeps one copy of equal
+    bytes) but not one scale get a buffer each; a channel of zeros keeps a
+    scale its bias fits (`zero_channel_scales`).
 
     Args:
         model_bytes: a full-int8 TFLite model.
@@ -37,7 +43,7 @@ def int4_kernels(model_bytes, per_channel=True):
     from tensorflow.lite.tools import flatbuffer_utils
 
     model = flatbuffer_utils.convert_bytearray_to_object(bytearray(model_bytes))
-    done = {}  # buffer index -> (int8 values' old scales, new scales)
+    buffers = _Buffers(model)
     changed = False
     for graph in model.subgraphs:
         for op in graph.operators:
@@ -48,47 +54,112 @@ def int4_kernels(model_bytes, per_channel=True):
             data = model.buffers[kernel.buffer].data
             if kernel.type != schema.TensorType.INT8 or data is None or not len(data):
                 continue
-            if kernel.buffer not in done:
-                done[kernel.buffer] = _pack(model, kernel, per_channel)
-            old, new = done[kernel.buffer]
+            source = graph.tensors[op.inputs[0]].quantization.scale[0]
+            bias = op.inputs[2] if len(op.inputs) > 2 else -1
+            bias = graph.tensors[bias] if bias >= 0 else None
+            old, new, packed = _pack(buffers, kernel, per_channel, source, bias)
+            kernel.buffer = buffers.place(kernel.buffer, packed)
             kernel.type = schema.TensorType.INT4
             _set_scales(kernel, new)
-            bias = op.inputs[2] if len(op.inputs) > 2 else -1
-            if bias >= 0:
-                source = graph.tensors[op.inputs[0]].quantization.scale[0]
-                _rescale_bias(model, graph.tensors[bias], source, old, new, done)
+            if bias is not None:
+                _rescale_bias(buffers, bias, source, old, new)
             changed = True
     if not changed:
         return model_bytes
     return bytes(flatbuffer_utils.convert_object_to_bytearray(model))
 
 
-def _pack(model, kernel, per_channel):
-    """Writes the kernel's INT4 bytes; returns its old and new scales `(C,)`."""
+class _Buffers:
+    """A model's buffers as the converter wrote them, rewritten without clashes.
+
+    `original(i)` is buffer i's bytes before any rewrite; `place(i, data)`
+    writes `data` into buffer i the first time, keeps it there when a later
+    tensor on i wants the same bytes, and otherwise appends a new buffer
+    (tensors that shared equal int8 bytes may need different rewrites).
+    """
+
+    def __init__(self, model):
+        self.model = model
+        self.originals = {}
+        self.written = {}
+
+    def original(self, index):
+        if index not in self.originals:
+            data = self.model.buffers[index].data
+            self.originals[index] = np.asarray(data, np.uint8).copy()
+        return self.originals[index]
+
+    def place(self, index, data):
+        from tensorflow.lite.python import schema_py_generated as schema
+
+        data = np.asarray(data, np.uint8)
+        self.original(index)
+        if index not in self.written:
+            self.model.buffers[index].data = data
+            self.written[index] = data
+            return index
+        if np.array_equal(self.written[index], data):
+            return index
+        buffer = schema.BufferT()
+        buffer.data = data
+        self.model.buffers.append(buffer)
+        self.written[len(self.model.buffers) - 1] = data
+        return len(self.model.buffers) - 1
+
+
+def _pack(buffers, kernel, per_channel, input_scale, bias):
+    """`(old scales, new scales, INT4 bytes)` of an int8 kernel `(C, ...)`."""
     shape = tuple(kernel.shape)
-    values = np.asarray(model.buffers[kernel.buffer].data, np.uint8).view(np.int8)
+    values = buffers.original(kernel.buffer).view(np.int8)
     values = values.reshape(shape[0], -1).astype(np.float64)
     old = np.broadcast_to(
         np.asarray(kernel.quantization.scale, np.float64), (shape[0],)
     ).copy()
     real = values * old[:, None]
-    step = max(np.abs(real).max(), 1e-12) / INT4_MAX  # one 4-bit scale
-    levels = real / step
-    if np.all(np.abs(levels - np.round(levels)) <= old[:, None] / (2 * step) + 1e-6):
+    peak = np.abs(real).max()
+    step = peak / INT4_MAX  # one 4-bit scale
+    levels = real / step if peak else real
+    if peak and np.all(
+        np.abs(levels - np.round(levels)) <= old[:, None] / (2 * step) + 1e-6
+    ):
         # Trained on that grid (within the int8 rounding of each value): its
         # levels exactly, one scale, whatever `per_channel` asks.
         new = np.full(shape[0], step)
         quantized = np.round(levels)
     else:
-        peak = np.abs(real).max(axis=1) if per_channel else np.abs(real).max()
-        new = np.broadcast_to(np.maximum(peak, 1e-12) / INT4_MAX, (shape[0],)).copy()
+        peaks = np.abs(real).max(axis=1) if per_channel else np.full(shape[0], peak)
+        new = peaks / INT4_MAX
+        floor = zero_channel_scales(old, input_scale, _bias_values(buffers, bias))
+        if not per_channel:  # TFLM: one scale, the largest a zero channel needs
+            floor = np.full(shape[0], floor.max())
+        new = np.where(new > 0, new, floor)
         quantized = np.clip(np.round(real / new[:, None]), -INT4_MAX, INT4_MAX)
     flat = quantized.astype(np.int8).reshape(-1)
     if len(flat) % 2:
         flat = np.concatenate([flat, np.zeros(1, np.int8)])
     low, high = flat[0::2] & 0x0F, (flat[1::2] & 0x0F) << 4
-    model.buffers[kernel.buffer].data = (low | high).astype(np.uint8)
-    return old, new
+    return old, new, (low | high).astype(np.uint8)
+
+
+def zero_channel_scales(old, input_scale, bias):
+    """Scales `(C,)` for channels of zeros: the int8 scale in 4-bit steps.
+
+    `old * 127 / 7` is the 4-bit step of a channel that filled the int8
+    range; it is raised where needed so that the channel's int32 bias
+    (`bias`, int32 `(C,)` or None) still fits on `input scale x scale`.
+    """
+    scale = old * 127 / INT4_MAX
+    if bias is not None:
+        real = np.abs(bias.astype(np.float64)) * input_scale * old
+        scale = np.maximum(scale, real / (input_scale * INT32_MAX))
+    return np.where(scale > 0, scale, 1.0)
+
+
+def _bias_values(buffers, bias):
+    """The int32 bias `(C,)` as the converter wrote it, or None."""
+    if bias is None:
+        return None
+    return buffers.original(bias.buffer).view(np.int32)
 
 
 def _set_scales(tensor, scales):
@@ -100,13 +171,16 @@ def _set_scales(tensor, scales):
     q.quantizedDimension = 0
 
 
-def _rescale_bias(model, bias, input_scale, old, new, done):
-    """The int32 bias on `input scale x new kernel scale` (once per buffer)."""
-    key = ("bias", bias.buffer)
-    if key not in done:
-        values = np.asarray(model.buffers[bias.buffer].data, np.uint8).view(np.int32)
-        real = values.astype(np.float64) * input_scale * old
-        rescaled = np.round(real / (input_scale * new)).astype(np.int32)
-        model.buffers[bias.buffer].data = rescaled.view(np.uint8)
-        done[key] = True
+def _rescale_bias(buffers, bias, input_scale, old, new):
+    """The int32 bias on `input scale x new kernel scale` (its own buffer if
+    another bias shared its bytes on other scales)."""
+    values = _bias_values(buffers, bias).astype(np.float64)
+    rescaled = np.round(values * input_scale * old / (input_scale * new))
+    if np.abs(rescaled).max(initial=0) > INT32_MAX:
+        raise ValueError(
+            f"{bias.name.decode()}: a bias does not fit int32 on its 4-bit "
+            f"kernel's scales (largest {np.abs(rescaled).max():.3g})"
+        )
+    data = rescaled.astype(np.int32).view(np.uint8)
+    bias.buffer = buffers.place(bias.buffer, data)
     _set_scales(bias, (input_scale * new).astype(np.float64))

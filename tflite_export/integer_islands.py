@@ -76,7 +76,14 @@ def integer_update_slices(model_bytes, requantize_cache=False):
             inputs = list(op.inputs)
             for position, source in enumerate(sources):
                 dequantize = producers[inputs[position]]
-                if _range(graph.tensors[source]) != target:  # onto the output's
+                if position == 0 and source in set(graph.inputs):
+                    # The cache fed in takes the updated cache's range: the
+                    # feed between steps is a byte copy, and no cached value
+                    # is rounded again at every step (each runtime its own way).
+                    _share_range(
+                        graph.tensors[source], graph.tensors[quantize.outputs[0]]
+                    )
+                elif _range(graph.tensors[source]) != target:  # onto the output's
                     source = _requantized(graph, source, quantize, op, added)
                 inputs[position] = source
                 if len(readers[dequantize.outputs[0]]) == 1:
@@ -166,6 +173,11 @@ def _requantized(graph, source, quantize, write, added):
     op.outputs = np.array([len(graph.tensors) - 1], dtype=np.int32)
     added.append((op, write))
     return len(graph.tensors) - 1
+
+
+def _share_range(tensor, other):
+    """`tensor` (a graph input) quantized as `other`: its feeds follow it."""
+    tensor.quantization = copy.deepcopy(other.quantization)
 
 
 def _range(tensor):

@@ -30,8 +30,10 @@ import tempfile
 
 import numpy as np
 
+from keras_posenc import DynamicPositionBias, FireBias
 from keras_posenc.models import CausalLM
 from keras_posenc.training.quantization import check_float32
+from keras_posenc.utils import keras, nested_layers
 from tflite_export.c_array import atomic_write, check_targets
 from tflite_export.causal_lm import check_cache_length, check_calibration_ids
 from tflite_export.convert import (
@@ -52,6 +54,8 @@ from tflite_export.litert_lm_model import (  # noqa: F401 (public here too)
 LITERT_LM_MODES = ("float32", "dynamic_int8", "int8_float_io")
 #: The prefill lengths of an export that names none.
 DEFAULT_PREFILL_LENGTHS = (16, 128)
+#: The converter's dynamic-range mode leaves kernels of fewer values float32.
+DYNAMIC_MIN_ELEMENTS = 1024
 #: The pip extra that installs the builder and the engine.
 EXTRA = "pip install 'keras_posenc[litertlm]'"
 
@@ -75,8 +79,8 @@ def convert_litert_lm(
     then generates with it: the engine tokenizes the prompt, puts
     `start_token` first, prefills, decodes and stops at a stop token or at
     `max_num_tokens`. Every method whose cache is keys and values exports;
-    refused by name before any work: `hpn`, `hybrid` and `fox` (their
-    caches hold a convolution's inputs or a gate's sums), rotary types whose
+    refused by name before any work: `hybrid` and `fox` (their caches hold
+    a convolution's inputs or a gate's sums), rotary types whose
     frequencies read the current length (`dynamic`, `longrope`: a padded
     prefill chunk would read its padded length), `streaming` (the engine
     owns the positions and stops at its context limit), and full-int8
@@ -177,6 +181,14 @@ def _plan(
     if max_num_tokens is None:
         max_num_tokens = model.max_length
         if model.position == "learned":
+            if max(lengths) + 2 > model.max_length:
+                _fail(
+                    "prefill_lengths",
+                    f"at most the model's max_length={model.max_length} minus 2 "
+                    "for position='learned' (the context is max_length minus the "
+                    "longest prefill, and holds 2 tokens at least)",
+                    list(lengths),
+                )
             max_num_tokens -= max(lengths)
     max_num_tokens = _positive_int("max_num_tokens", max_num_tokens)
     if max_num_tokens < 2:
@@ -187,6 +199,8 @@ def _plan(
     check_float32(model, FLOAT32_PURPOSE if mode == "float32" else None)
     if mode == "int8_float_io":
         refuse_float_only_layers(model, "int8")
+    if mode == "dynamic_int8":
+        _refuse_small_kernels(model)
     ids = None
     if mode == "int8_float_io":
         if calibration_ids is None and not model.get_config().get("quantize"):
@@ -210,6 +224,42 @@ def _plan(
         "metadata": llm_metadata(tokens, max_num_tokens),
         "ids": ids,
     }
+
+
+def _projection_layers(model):
+    """The Dense layers of `model` that run as FULLY_CONNECTED on the device.
+
+    A bias producer's MLP reads only positions, which the export folds into
+    constants, so its Dense layers are not among them.
+    """
+    folded = (DynamicPositionBias, FireBias)
+    return [
+        layer
+        for layer in nested_layers(model, lambda layer: not isinstance(layer, folded))
+        if isinstance(layer, keras.layers.Dense)
+    ]
+
+
+def _refuse_small_kernels(model):
+    """Refuses `dynamic_int8` where the converter would leave kernels float.
+
+    Dynamic-range quantization skips kernels of fewer than
+    `DYNAMIC_MIN_ELEMENTS` values; a projection that small stays float32.
+    (A bias producer's MLP is folded into constants, so it does not count.)
+    """
+    small = [
+        f"{layer.name} {tuple(layer.kernel.shape)}"
+        for layer in _projection_layers(model)
+        if int(np.prod(layer.kernel.shape)) < DYNAMIC_MIN_ELEMENTS
+    ]
+    if small:
+        raise ExportError(
+            f"mode='dynamic_int8' quantizes kernels of {DYNAMIC_MIN_ELEMENTS} "
+            f"values or more only, and {model.name}'s projections "
+            f"{', '.join(small[:4])}{' ...' if len(small) > 4 else ''} are "
+            "smaller: they would stay float32. Use mode='int8_float_io' "
+            "(calibrated int8) or 'float32', or a wider model"
+        )
 
 
 def litert_lm_blocker(model):
@@ -256,6 +306,8 @@ def _tokens(start_token, stop_tokens, vocab):
     """`(start, stops)` checked against the vocabulary."""
     if isinstance(stop_tokens, (int, np.integer)):
         stop_tokens = (stop_tokens,)
+    if isinstance(stop_tokens, (str, bytes)) or not hasattr(stop_tokens, "__iter__"):
+        _fail("stop_tokens", "an int or a sequence of ints", stop_tokens, TypeError)
     stops = tuple(stop_tokens)
     for name, values in (
         ("start_token", () if start_token is None else (start_token,)),
@@ -266,6 +318,13 @@ def _tokens(start_token, stop_tokens, vocab):
                 _fail(name, "int token ids", value, error=TypeError)
             if not 0 <= value < vocab:
                 _fail(name, f"ids in [0, vocab_size={vocab})", value)
+    if start_token is not None and start_token in stops:
+        _fail(
+            "start_token",
+            f"an id that is not also a stop token (stop_tokens={list(stops)}: the "
+            "engine would stop before the first new token)",
+            start_token,
+        )
     return (
         None if start_token is None else int(start_token),
         tuple(int(s) for s in stops),
@@ -359,7 +418,35 @@ def _tokenizer(tokenizer, vocab, tokens):
         json.loads(text)
     except ValueError as error:
         _fail("tokenizer", f"a JSON file ({error})", str(source))
+    _check_tokenizer(text, vocab, str(source))
     return text
+
+
+def _check_tokenizer(text, vocab, source):
+    """Refuses a JSON text that is no tokenizer, or whose ids are not the model's.
+
+    The engine would load the bundle and abort on the first, and read
+    embedding rows that do not exist (or print ids it has no text for) on
+    the second.
+    """
+    from tokenizers import Tokenizer
+
+    try:
+        ids = set(Tokenizer.from_str(text).get_vocab(with_added_tokens=True).values())
+    except Exception as error:  # the library's own error types vary
+        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+        _fail("tokenizer", f"an HF tokenizer.json ({reason})", source)
+    missing = sorted(set(range(vocab)) - ids)
+    beyond = sorted(i for i in ids if i >= vocab)
+    if missing or beyond:
+        _fail(
+            "tokenizer",
+            f"a tokenizer whose ids are the model's 0 .. {vocab - 1} "
+            f"(vocab_size={vocab}); ids without a token: {missing[:5]}"
+            f"{'...' if len(missing) > 5 else ''}, ids past the vocabulary: "
+            f"{beyond[:5]}{'...' if len(beyond) > 5 else ''}",
+            source,
+        )
 
 
 def llm_metadata(tokens, max_num_tokens):

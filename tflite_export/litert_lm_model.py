@@ -101,7 +101,9 @@ def _check_int8_kernels(model_bytes):
             if name == "FULLY_CONNECTED" and graph.tensors[op.inputs[1]].type == 0:
                 raise ExportError(
                     f"The converter left signature {key!r} float32 (a float "
-                    "FULLY_CONNECTED kernel): it saw no calibration sample"
+                    "FULLY_CONNECTED kernel): in mode='int8_float_io' it saw no "
+                    "calibration sample; in mode='dynamic_int8' the kernel has "
+                    "fewer than 1024 values"
                 )
 
 

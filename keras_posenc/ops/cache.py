@@ -12,6 +12,7 @@ form, one `(B, 2, S_max, N, H)` tensor, converts with `from_stacked` and
 import contextlib
 import contextvars
 
+import numpy as np
 import tensorflow as tf
 from tensorflow.compiler.tf2xla.python.xla import dynamic_update_slice
 
@@ -145,8 +146,20 @@ def cached_bias(position_bias, query, slots, index):
         columns = tf.range(slots)[None, :] - rows[:, None] + (slots - 1)  # (T, S)
         return tf.gather(table, columns, axis=2)
     grid = position_bias(_stub(slots), _stub(slots))  # (1, N, S, S), a constant
-    grid = tf.linalg.band_part(tf.cast(grid, tf.float32), -1, 0)  # keys j <= i
+    grid = tf.cast(grid, tf.float32) * _lower_triangle(slots)  # keys j <= i
     return tf.gather(grid, rows, axis=2)
+
+
+def _lower_triangle(slots):
+    """`(S, S)` float32 ones where the key is at or before the query, else 0.
+
+    A NumPy constant for a static `slots`, so the converter folds the
+    masked table (`band_part` would leave float NEG, SELECT and ZEROS_LIKE
+    ops in an int8 step, which TFLM cannot run).
+    """
+    if isinstance(slots, int):
+        return tf.constant(np.tril(np.ones((slots, slots), np.float32)))
+    return tf.linalg.band_part(tf.ones((slots, slots), tf.float32), -1, 0)
 
 
 def rolling_bias(position_bias, query, slots, query_positions, key_positions):

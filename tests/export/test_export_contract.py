@@ -421,3 +421,45 @@ def test_the_headers_cache_feed_and_argmax_match_the_python_runner(exports, tmp_
         out, into = contract.outputs[feed.output], contract.inputs[feed.input]
         np.testing.assert_array_equal(got, into.quantize(out.dequantize(raw)))
     assert int(run.stdout[start:]) == 3 == int(np.argmax(logits))
+
+
+ARGMAX = r"""
+#include <cstdio>
+#include "step.h"
+
+// Reads the logits output's raw bytes, prints the header's greedy token.
+int main() {
+  static unsigned char raw[LM_VOCAB_SIZE * 4];
+  size_t size = std::fread(raw, 1, sizeof(raw), stdin);
+  if (size == 0) return 1;
+  std::printf("%d", lm_argmax(raw));
+  return 0;
+}
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["float32", "int8"])
+def test_the_headers_argmax_reads_the_logits_in_their_own_dtype(mode, tmp_path):
+    """A float32 step's argmax reads floats (it read their bytes as int8)."""
+    compiler = shutil.which("g++") or shutil.which("c++")
+    if compiler is None:
+        pytest.skip("needs a C++ compiler (g++)")
+    tf.keras.utils.set_random_seed(3)
+    model = build_causal_lm(VOCAB, hidden_dim=16, num_layers=1, num_heads=2)
+    ids = np.random.default_rng(0).integers(1, VOCAB, (4, 12))
+    model_bytes = convert_causal_lm(model, ids, mode, max_length=16, target="tflm")
+    contract = device_contract(model_bytes)
+    dtype = contract.output_port("logits").dtype
+    assert dtype == mode
+    (tmp_path / "step.h").write_text(contract.c_header("lm", arena_bytes=4096))
+    (tmp_path / "main.cc").write_text(ARGMAX)
+    command = [compiler, "-std=c++17", "-Wall", "-Wextra", "-Werror", "main.cc"]
+    subprocess.run(command + ["-o", "argmax"], cwd=tmp_path, check=True)
+    logits = np.linspace(-1.0, 0.5, VOCAB)[::-1].copy()  # largest first
+    logits[7] = 0.9 if mode == "float32" else 1.0
+    raw = (logits * (100 if mode == "int8" else 1)).astype(dtype)
+    run = subprocess.run(
+        [str(tmp_path / "argmax")], input=raw.tobytes(), capture_output=True, check=True
+    )
+    assert int(run.stdout) == 7 == int(np.argmax(raw))

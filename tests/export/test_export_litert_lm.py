@@ -125,6 +125,13 @@ def test_the_caches_are_keys_and_values_heads_first():
         ({"tokenizer": "missing.json"}, ValueError, "existing tokenizer.json"),
         ({"mode": "int8_float_io"}, ExportError, "needs `calibration_ids`"),
         ({"calibration_ids": np.ones((2, 9), int)}, ValueError, "int8_float_io' only"),
+        ({"stop_tokens": None}, TypeError, "`stop_tokens` must be an int or a seq"),
+        (
+            {"start_token": EOS, "stop_tokens": (EOS,)},
+            ValueError,
+            "`start_token` must be an id that is not also a stop token",
+        ),
+        ({"tokenizer": [1, 2, 3]}, ValueError, "`tokenizer` must be .*bytes"),
     ],
 )
 def test_bad_arguments_are_refused_before_any_work(tmp_path, change, error, match):
@@ -135,6 +142,51 @@ def test_bad_arguments_are_refused_before_any_work(tmp_path, change, error, matc
     with pytest.raises(error, match=match):
         convert_litert_lm(**arguments)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_json_that_is_no_tokenizer_is_refused(tmp_path):
+    """A JSON list is valid JSON: the engine aborted on loading its bundle."""
+    source = tmp_path / "tokenizer.json"
+    source.write_text("[1, 2, 3]")
+    out = tmp_path / "m.litertlm"
+    with pytest.raises(ValueError, match="`tokenizer` must be an HF tokenizer.json"):
+        convert_litert_lm(ascii_lm("alibi"), out, tokenizer=source)
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("vocab_size", [VOCAB - 2, VOCAB + 1])
+def test_a_tokenizer_that_does_not_cover_the_vocabulary_is_refused(
+    tmp_path, vocab_size
+):
+    """Every id the model reads or writes has a token, and no token another id."""
+    source = tmp_path / "tokenizer.json"
+    source.write_text(byte_tokenizer(vocab_size))
+    out = tmp_path / "m.litertlm"
+    match = f"ids are the model's 0 .. {VOCAB - 1}"
+    with pytest.raises(ValueError, match=match):
+        convert_litert_lm(ascii_lm("alibi"), out, tokenizer=source)
+    assert not out.exists()
+
+
+def test_prefills_longer_than_a_learned_models_context_are_refused(tmp_path):
+    """The error names what the user passed, not a derived `max_num_tokens`."""
+    model = ascii_lm("learned", max_length=32)
+    out = tmp_path / "m.litertlm"
+    with pytest.raises(ValueError, match="`prefill_lengths` must be at most .*=32"):
+        convert_litert_lm(model, out, prefill_lengths=(16, 64))
+    assert not out.exists()
+
+
+def test_dynamic_int8_refuses_kernels_the_converter_leaves_float(tmp_path):
+    """Dynamic-range quantization skips kernels under 1024 values: refused by
+    name before converting (hidden_dim=16: 16 x 16 projections)."""
+    tf.keras.utils.set_random_seed(1)
+    model = build_causal_lm(VOCAB, hidden_dim=16, num_heads=2, position="fire")
+    out = tmp_path / "m.litertlm"
+    match = r"1024 values or more only.*ffn_hidden_0 \(16, 32\)"
+    with pytest.raises(ExportError, match=match):
+        convert_litert_lm(model, out, mode="dynamic_int8")
+    assert not out.exists()
 
 
 @pytest.mark.parametrize("position", sorted(REFUSED))

@@ -180,8 +180,10 @@ def test_the_cache_write_is_rewired_to_int8_only_on_one_range(qat_lm, monkeypatc
 
 def test_data_free_conversion_needs_a_quantization_aware_lm():
     model = build_causal_lm(VOCAB, hidden_dim=8, num_heads=2, position="alibi")
-    with pytest.raises(tflite_export.ExportError, match="may be None only for"):
+    with pytest.raises(tflite_export.ExportError, match="in mode='int8' only for"):
         tflite_export.convert_causal_lm(model, None, max_length=8)
+    with pytest.raises(tflite_export.ExportError, match="in mode='int4' only for"):
+        tflite_export.convert_causal_lm(model, None, "int4", max_length=8)
     qat = build_causal_lm(
         VOCAB, hidden_dim=8, num_heads=2, position="alibi", quantize=True
     )
@@ -319,3 +321,18 @@ def test_4_bit_kernels_are_refused_where_they_cannot_be_kept():
         tflite_export.quantize_aware(lm, engine="tfmot", kernel_bits=4)
     with pytest.raises(ValueError, match="quantize.*'int4'.*int5"):
         build_causal_lm(VOCAB, hidden_dim=8, num_layers=1, quantize="int5")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target", ["litert", "tflm"])
+def test_a_float32_export_needs_no_calibration_data(target):
+    """float32 calibrates nothing: None converts, and decodes as Keras does."""
+    tf.keras.utils.set_random_seed(0)
+    model = build_causal_lm(VOCAB, hidden_dim=8, num_heads=2, position="alibi")
+    model_bytes = tflite_export.convert_causal_lm(
+        model, None, "float32", max_length=12, target=target
+    )
+    prompt = np.array([[1, 2, 3]], np.int32)
+    expected = np.asarray(model.generate(prompt, max_new_tokens=6))
+    got = tflite_export.generate_tflite(model_bytes, prompt, 6, runtime=target)
+    np.testing.assert_array_equal(got, expected)
