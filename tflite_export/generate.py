@@ -81,6 +81,63 @@ def generate_tflite(
     return decode_rows(Decoder(model_bytes, "litert"), prompts, lengths, options)
 
 
+def teacher_forced_logits(model_bytes, token_ids, runtime="litert"):
+    """The decode step's real logits after each token of `token_ids`.
+
+    Every token goes in through `decode` (position t at step t) whatever the
+    model would have chosen, and each runtime carries its own caches from
+    step to step, as a device does: two runtimes of one file compared on
+    this see every difference of their arithmetic, even where greedy
+    decoding would hide it. Fed a runtime's own greedy output, a second
+    runtime's argmax at each step says whether it would decode the same.
+
+    Args:
+        model_bytes: bytes of `convert_causal_lm` (its `decode` signature).
+        token_ids: ints `(T,)`, or `(B, T)` rows each read from empty caches;
+            T at most the cache length (any T for a streaming export).
+        runtime: `"litert"` or `"tflm"` (in a subprocess).
+
+    Returns:
+        float32 `(T, V)` (or `(B, T, V)`): real numbers, scale x (raw - zero
+        point).
+    """
+    if not isinstance(model_bytes, (bytes, bytearray)):
+        _fail("model_bytes", "bytes of a .tflite model", type(model_bytes).__name__)
+    if runtime not in RUNTIMES:
+        _fail("runtime", f"one of {RUNTIMES}", runtime)
+    ids = np.asarray(token_ids)
+    if ids.ndim not in (1, 2) or not ids.size or ids.dtype.kind not in "iu":
+        _fail("token_ids", "a non-empty (T,) or (B, T) array of int token ids", ids)
+    capacity, vocab_size, _, streams = _model_facts(model_bytes)
+    if ids.min() < 0 or ids.max() >= vocab_size:
+        found = f"ids in [{ids.min()}, {ids.max()}]"
+        _fail("token_ids", f"ids in [0, vocab_size={vocab_size})", found)
+    if not streams and ids.shape[-1] > capacity:
+        _fail("token_ids", f"rows of at most the cache length {capacity}", ids.shape)
+    rows = ids.reshape(-1, ids.shape[-1])
+    if runtime == "litert":
+        logits = forced_logits(Decoder(bytes(model_bytes), "litert"), rows)
+    else:
+        arrays = {"model": np.frombuffer(bytes(model_bytes), np.uint8), "ids": rows}
+        results, log, code = run_worker(
+            "tflite_export._tflm_teacher", arrays, TFLM_GENERATE_TIMEOUT_SECONDS
+        )
+        if results is None:
+            raise RuntimeError(f"TFLM decoding failed: {_cause(log, code)}")
+        logits = results["logits"]
+    return logits.reshape(ids.shape + logits.shape[-1:])
+
+
+def forced_logits(decoder, rows):
+    """`(B, T, V)` real logits of `decoder` (a `Decoder`) fed each row of `rows`."""
+    found = []
+    for row in rows:
+        decoder.reset()
+        steps = [decoder.run_decode(int(token), t)[0] for t, token in enumerate(row)]
+        found.append(np.stack(steps))
+    return np.stack(found).astype(np.float32)
+
+
 def decode_rows(decoder, prompts, lengths, options):
     """Runs the decoding loop row by row (batch-1 models)."""
     total = prompts.shape[1] + options["max_new_tokens"]
@@ -238,8 +295,12 @@ def tflm_generation(model_bytes, prompts, lengths, options):
         "tflite_export._tflm_generation", arrays, TFLM_GENERATE_TIMEOUT_SECONDS
     )
     if results is None:
-        lines = [line for line in log.splitlines() if line.strip()]
-        causes = [line for line in lines if TFLM_CAUSE.search(line)]
-        reason = (causes or lines or [f"exit status {code}"])[-1]
-        raise RuntimeError(f"TFLM generation failed: {reason}")
+        raise RuntimeError(f"TFLM generation failed: {_cause(log, code)}")
     return results["tokens"]
+
+
+def _cause(log, code):
+    """The line of a TFLM child's log that says why it failed."""
+    lines = [line for line in log.splitlines() if line.strip()]
+    causes = [line for line in lines if TFLM_CAUSE.search(line)]
+    return (causes or lines or [f"exit status {code}"])[-1]

@@ -136,3 +136,25 @@ def retrieval_task(
 def retrieval_vocab_size(num_keys=8, num_values=8, filler=16):
     """The vocabulary size of `retrieval_task` (ids 0 .. size - 1, 0 unused)."""
     return filler + 1 + num_keys * num_values + num_keys
+
+
+def counting_sequences(num_examples, length, vocab_size=24, seed=0):
+    """Token sequences that count: `x_t = 1 + (a + b t) mod (vocab_size - 1)`.
+
+    Each row draws its start `a` and its stride `b` in `1 .. 3`; after two
+    tokens every next one has one right answer, so a causal LM trained on
+    them predicts with confident logits (no near ties for int8 rounding to
+    flip). Ids lie in `[1, vocab_size)`.
+
+    Returns:
+        int32 `(N, length)`.
+    """
+    if vocab_size < 5:
+        raise ValueError(
+            f"`vocab_size` must be >= 5. Received: vocab_size={vocab_size}"
+        )
+    rng = np.random.default_rng(seed)
+    start = rng.integers(0, vocab_size - 1, (num_examples, 1))
+    stride = rng.integers(1, 4, (num_examples, 1))
+    steps = np.arange(length)[None, :]
+    return (1 + (start + stride * steps) % (vocab_size - 1)).astype("int32")

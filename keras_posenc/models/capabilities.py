@@ -101,6 +101,7 @@ COLUMNS = (
     "int8 TFLM",
     "QAT",
     "streaming",
+    "grouped-query",
     "block-local",
     "LSH",
     "packed",
@@ -117,6 +118,7 @@ class Capabilities:
     int8: bool
     qat: bool
     streaming: bool
+    grouped_query: bool
     block_local: bool
     lsh: bool
     packed: bool
@@ -130,6 +132,7 @@ class Capabilities:
             self.int8,
             self.qat,
             self.streaming,
+            self.grouped_query,
             self.block_local,
             self.lsh,
             self.packed,
@@ -146,7 +149,8 @@ def capabilities(method):
     (`methods.rounding_modelled`: `fox` and `cope` export at float32 only);
     streaming needs positions that live in the attention
     (`TransformerStack.streaming_blocker` of a causal stack); every method
-    builds encoders and causal LMs, block-local and on packed rows.
+    builds encoders and causal LMs, block-local and on packed rows;
+    grouped-query attention where the stack takes `num_key_value_heads`.
     """
     record = METHODS[method]
     stack = TransformerStack(method, 8, 1, 2, causal=True)
@@ -157,10 +161,22 @@ def capabilities(method):
         int8=rounding_modelled(record),
         qat=method in QUANTIZED_METHODS,
         streaming=stack.streaming_blocker() is None,
+        grouped_query=_builds_grouped_query(method),
         block_local=method in LOCAL_METHODS,
         lsh=method in LSH_METHODS,
         packed=True,
     )
+
+
+def _builds_grouped_query(method):
+    """Whether the stack of `method` takes `num_key_value_heads` (it checks)."""
+    try:
+        TransformerStack(
+            method, 8, 1, 2, causal=True, attention_options={"num_key_value_heads": 1}
+        )
+    except ValueError:
+        return False
+    return True
 
 
 def capability_table():

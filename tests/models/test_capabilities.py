@@ -25,6 +25,13 @@ def test_each_row_is_what_the_builders_and_exporter_do(method):
     else:
         with pytest.raises(ValueError, match="cache_window.*None for this model"):
             lm.check_streaming(4)
+    if row.grouped_query:
+        grouped = build_causal_lm(9, position=method, num_key_value_heads=1, **SMALL)
+        keys = grouped.cache_kinds().index("keys")
+        assert grouped.cache_shapes(1, 4)[keys][1] == 1  # one key head cached
+    else:
+        with pytest.raises(ValueError, match="num_key_value_heads"):
+            build_causal_lm(9, position=method, num_key_value_heads=1, **SMALL)
     if not row.lsh:
         with pytest.raises(ValueError, match="attention_type"):
             build_encoder(vocab_size=9, position=method, attention_type="lsh", **SMALL)
