@@ -107,7 +107,8 @@ def teacher_forced_logits(model_bytes, token_ids, runtime="litert"):
         _fail("runtime", f"one of {RUNTIMES}", runtime)
     ids = np.asarray(token_ids)
     if ids.ndim not in (1, 2) or not ids.size or ids.dtype.kind not in "iu":
-        _fail("token_ids", "a non-empty (T,) or (B, T) array of int token ids", ids)
+        found = f"shape {ids.shape}, dtype {ids.dtype}"
+        _fail("token_ids", "a non-empty (T,) or (B, T) array of int token ids", found)
     capacity, vocab_size, _, streams = _model_facts(model_bytes)
     if ids.min() < 0 or ids.max() >= vocab_size:
         found = f"ids in [{ids.min()}, {ids.max()}]"

@@ -34,8 +34,10 @@ def integer_update_slices(model_bytes, requantize_cache=False):
     output's reach the write through an int8 -> int8 QUANTIZE (what the
     island computed in float). `requantize_cache`: the old cache `a` may be
     on its own range too (a calibrated export, whose input and output cache
-    ranges come from different statistics); otherwise it must share the
-    output's. Returns the bytes unchanged when there is no island.
+    ranges come from different statistics): a graph input (the cache fed
+    in) then takes the output's range, so its feed between steps is a byte
+    copy; otherwise it must share the output's. Returns the bytes unchanged
+    when there is no island.
 
     Raises:
         IslandError: without `requantize_cache`, an island whose old and

@@ -343,6 +343,48 @@ def test_bad_ids_and_a_litert_file_for_tflm_are_refused(
         generate_tflite(small_bytes, **arguments)
 
 
+def test_teacher_forced_logits_are_the_keras_models_in_both_runtimes():
+    """A float32 TFLM step fed a sequence token by token: the Keras model's
+    logits of the whole sequence, in LiteRT and in TFLM, one row or several."""
+    from tflite_export.generate import teacher_forced_logits
+
+    tf.keras.utils.set_random_seed(5)
+    model = build_causal_lm(
+        VOCAB, hidden_dim=8, num_layers=1, num_heads=2, position="alibi"
+    )
+    model_bytes = convert_causal_lm(
+        model, None, mode="float32", max_length=12, target="tflm"
+    )
+    rows = np.random.default_rng(2).integers(0, VOCAB, (2, 10))
+    expected = model(rows).numpy()
+    for runtime in ("litert", "tflm"):
+        got = teacher_forced_logits(model_bytes, rows, runtime)
+        np.testing.assert_allclose(got, expected, atol=1e-4)
+        one = teacher_forced_logits(model_bytes, rows[1], runtime)
+        np.testing.assert_allclose(one, expected[1], atol=1e-4)
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, match",
+    [
+        ({"token_ids": [[1, VOCAB]]}, ValueError, f"vocab_size={VOCAB}"),
+        ({"token_ids": [1.5, 2]}, ValueError, "`token_ids` must be a non-empty"),
+        ({"token_ids": np.ones((1, 1, 2), int)}, ValueError, r"\(B, T\) array"),
+        ({"token_ids": [1] * 9}, ValueError, "at most the cache length 8"),
+        ({"runtime": "xnnpack"}, ValueError, "`runtime` must be one of"),
+        ({"model_bytes": "lm.tflite"}, ValueError, "`model_bytes` must be bytes"),
+    ],
+)
+def test_teacher_forcing_refuses_bad_ids_and_runtimes(
+    small_bytes, kwargs, error, match
+):
+    from tflite_export.generate import teacher_forced_logits
+
+    arguments = {"model_bytes": small_bytes, "token_ids": [1, 2, 3], **kwargs}
+    with pytest.raises(error, match=match):
+        teacher_forced_logits(**arguments)
+
+
 def test_seeded_sampling_of_a_batch_equals_keras_and_numpy_scalars_work():
     tf.keras.utils.set_random_seed(5)
     model = build_causal_lm(
