@@ -429,8 +429,12 @@ def _check_tokenizer(text, vocab, source):
     embedding rows that do not exist (or print ids it has no text for) on
     the second.
     """
-    from tokenizers import Tokenizer
-
+    try:
+        from tokenizers import Tokenizer
+    except ImportError as error:
+        raise ImportError(
+            f"Reading a tokenizer.json needs `tokenizers`: {EXTRA}"
+        ) from error
     try:
         ids = set(Tokenizer.from_str(text).get_vocab(with_added_tokens=True).values())
     except Exception as error:  # the library's own error types vary

@@ -165,6 +165,23 @@ def test_int8_tflm_decoding_agrees_with_int8_litert(position):
         np.testing.assert_array_equal(tflm[row, :end], tokens[:end])
 
 
+def test_a_bias_table_of_every_pair_folds_into_the_int8_tflm_step():
+    """fire's `(S, S)` table masked by band_part left float NEG, SELECT_V2 and
+    ZEROS_LIKE ops over an int32 grid: TFLM failed ("Type INT32 (2) not
+    supported"). Masked by a constant, the table folds and the step runs."""
+    pytest.importorskip("tflite_micro", reason="needs tflite-micro (TFLM)")
+    model = lm("fire")
+    model_bytes = convert_causal_lm(model, calibration(), max_length=16, target="tflm")
+    from tflite_export.generate import teacher_forced_logits
+
+    assert not operator_names(model_bytes) & {"NEG", "ZEROS_LIKE", "LOGICAL_AND"}
+    sequence = calibration()[0]
+    tflm = teacher_forced_logits(model_bytes, sequence, "tflm")
+    litert = teacher_forced_logits(model_bytes, sequence, "litert")
+    step = device_contract(model_bytes).output_port("logits").scale
+    assert np.abs(tflm - litert).max() <= 12 * step * 1.001
+
+
 def float_to_integer_casts(model_bytes):
     """The CAST ops of `model_bytes` from a float tensor to an integer one."""
     from ai_edge_litert.interpreter import Interpreter
