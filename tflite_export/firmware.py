@@ -72,8 +72,14 @@ _C_RESERVED = frozenset(
     while xor xor_eq _Alignas _Alignof _Atomic _Bool _Complex _Generic _Imaginary
     _Noreturn _Static_assert _Thread_local NULL EOF FILE main errno assert offsetof
     size_t ptrdiff_t int8_t int16_t int32_t int64_t uint8_t uint16_t uint32_t
-    uint64_t intptr_t uintptr_t intmax_t uintmax_t std memcpy memset lrintf""".split()
+    uint64_t intptr_t uintptr_t intmax_t uintmax_t std memcpy memset lrintf
+    tflite stdin stdout stderr printf fprintf sprintf snprintf puts putchar
+    getchar scanf exit abort atexit malloc calloc realloc free strlen strcmp
+    strncmp strcpy strncpy strcat memmove memcmp rand srand time clock abs
+    labs fabs sqrt exp log sin cos""".split()
 )
+#: The largest arena a header may declare: a 32-bit part's largest object.
+MAX_HEADER_ARENA_BYTES = 2**31 - 1
 
 
 def check_c_name(value, argument="name"):
@@ -144,7 +150,8 @@ def read_model(model_bytes, source=None):
 def _walk(model, size):
     """Reads every field a reader of the package touches (raises if cut)."""
     model.Version()
-    for k in range(model.OperatorCodesLength()):
+    codes = model.OperatorCodesLength()
+    for k in range(codes):
         code = model.OperatorCodes(k)
         code.BuiltinCode(), code.DeprecatedBuiltinCode()
     for s in range(model.SubgraphsLength()):
@@ -158,7 +165,12 @@ def _walk(model, size):
                 quantization.ScaleAsNumpy(), quantization.ZeroPointAsNumpy()
         for o in range(subgraph.OperatorsLength()):
             operator = subgraph.Operators(o)
-            operator.OpcodeIndex(), operator.InputsAsNumpy(), operator.OutputsAsNumpy()
+            if not 0 <= operator.OpcodeIndex() < codes:
+                raise ValueError(
+                    f"operator {o} of subgraph {s} names op code "
+                    f"{operator.OpcodeIndex()} of {codes}"
+                )
+            operator.InputsAsNumpy(), operator.OutputsAsNumpy()
     for b in range(model.BuffersLength()):
         buffer = model.Buffers(b)
         if buffer.Offset() > 1:  # data after the flatbuffer (models over 2 GB)
@@ -229,6 +241,12 @@ def check_arena_bytes(arena_bytes):
         raise ValueError(
             "`arena_bytes` must be a positive int (the TFLM arena in bytes). "
             f"Received: arena_bytes={arena_bytes!r}"
+        )
+    if arena_bytes > MAX_HEADER_ARENA_BYTES:
+        raise ValueError(
+            f"`arena_bytes` must be at most {MAX_HEADER_ARENA_BYTES} (2**31 - 1: "
+            "the largest array a 32-bit part can address). Received: "
+            f"arena_bytes={arena_bytes!r}"
         )
     return int(arena_bytes)
 

@@ -224,12 +224,14 @@ def dense():
     return tf.lite.TFLiteConverter.from_keras_model(model).convert()
 
 
-BAD_ARENAS = [-5, 0, 1.7, "abc", math.nan, True]
+BAD_ARENAS = [-5, 0, 1.7, "abc", math.nan, True, 2**40]
 
 
 @pytest.mark.parametrize("value", BAD_ARENAS)
 def test_an_arena_that_is_not_a_positive_int_is_refused(value, dense, tmp_path):
-    with pytest.raises(ValueError, match="`arena_bytes` must be a positive int"):
+    with pytest.raises(
+        ValueError, match="`arena_bytes` must be (a positive int|at most)"
+    ):
         write_c_array(dense, tmp_path / "m.cc", arena_bytes=value)
     assert list(tmp_path.iterdir()) == []
 
@@ -238,11 +240,17 @@ def test_an_arena_that_is_not_a_positive_int_is_refused(value, dense, tmp_path):
 def test_a_contract_header_refuses_an_arena_that_is_not_a_positive_int(exports):
     contract = device_contract(exports["alibi"])
     for value in BAD_ARENAS:
-        with pytest.raises(ValueError, match="`arena_bytes` must be a positive int"):
+        with pytest.raises(ValueError, match="`arena_bytes` must be (a positive|at)"):
             contract.c_header("g_model", arena_bytes=value)
 
 
-@pytest.mark.parametrize("name", ["int", "class", "uint8_t", "NULL", "__x", "2lm"])
+#: Keywords, standard names and what every firmware includes (TFLM's
+#: namespace, stdio and stdlib, string.h).
+NAMES = ["int", "class", "uint8_t", "NULL", "__x", "2lm", "tflite", "stdin"]
+NAMES += ["printf", "exit", "strlen"]
+
+
+@pytest.mark.parametrize("name", NAMES)
 def test_a_c_keyword_or_standard_name_is_refused(name, dense, tmp_path):
     with pytest.raises(ValueError, match="`name` must"):
         write_c_array(dense, tmp_path / "m.cc", name=name, arena_bytes=1)
@@ -323,3 +331,34 @@ def test_verify_causal_lm_names_token_ids_and_refuses_another_vocabulary(exports
     other = build_causal_lm(VOCAB + 5, hidden_dim=16, num_layers=2, num_heads=2)
     with pytest.raises(ValueError, match="the export's vocabulary is 19"):
         verify_causal_lm(model_bytes, other, calibration())
+
+
+def test_an_operator_naming_an_op_code_past_the_table_is_refused(dense):
+    """`read_model` checks each operator's op-code index against the table
+    (a mutated file passed it, and `model_ops` then raised TypeError)."""
+    from tensorflow.lite.tools import flatbuffer_utils
+
+    from tflite_export.firmware import model_ops, read_model
+
+    model = flatbuffer_utils.convert_bytearray_to_object(bytearray(dense))
+    model.subgraphs[0].operators[0].opcodeIndex = len(model.operatorCodes) + 3
+    bad = bytes(flatbuffer_utils.convert_object_to_bytearray(model))
+    with pytest.raises(ValueError, match="names op code .* of 1"):
+        read_model(bad)
+    with pytest.raises(ValueError, match="truncated or not a TFLite model"):
+        model_ops(bad)
+
+
+def test_random_byte_mutations_are_read_or_refused_with_a_value_error(dense):
+    """150 one-byte mutations: each is a model `model_ops` reads, or a
+    ValueError; never another error."""
+    from tflite_export.firmware import model_ops
+
+    rng = np.random.default_rng(0)
+    for _ in range(150):
+        data = bytearray(dense)
+        data[rng.integers(8, len(data))] = rng.integers(0, 256)
+        try:
+            model_ops(bytes(data))
+        except ValueError:
+            pass
