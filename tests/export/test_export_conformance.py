@@ -23,6 +23,7 @@ from keras_posenc import IS_KERAS_3
 from keras_posenc.models.methods import METHODS
 from tflite_export import conformance
 from tflite_export.conformance import EXPORTS
+from tflite_export.contract import device_contract
 
 DOC = pathlib.Path(__file__).resolve().parents[2] / "docs" / "conformance.md"
 #: The largest teacher-forced |TFLM - LiteRT| logit of a TFLM file, in int8
@@ -74,9 +75,8 @@ def test_the_page_has_a_row_per_method_and_a_cell_per_export():
 @pytest.mark.slow
 @pytest.mark.parametrize("method", split_between_passes(list(METHODS), KERAS2))
 def test_every_export_of_a_method_gives_one_answer_in_every_runtime(method):
-    cells, files = conformance.measure(
-        method, conformance.method_models(method), data()
-    )
+    models = conformance.method_models(method)
+    cells, files = conformance.measure(method, models, data())
     expected = conformance.expected_support(method)
     rows, notes = page_rows()
     for column, cell in cells.items():
@@ -91,6 +91,12 @@ def test_every_export_of_a_method_gives_one_answer_in_every_runtime(method):
         if export.target == "tflm":
             assert cell.runtimes == 1.0, (column, cell)  # greedy: one answer
             assert cell.steps <= MAX_STEPS, (column, cell)
+            # Keys and values apart, each fed back as its bytes (no runtime
+            # rounds a cache between steps).
+            contract = device_contract(files[column])
+            kinds = models[export.model].cache_kinds()
+            assert len(contract.feeds) == len(kinds), column
+            assert all(feed.copy for feed in contract.feeds), column
         if IS_KERAS_3:  # the page is Keras 3's measure
             assert abs(float(page.split(" / ")[0]) - cell.keras) <= SPREAD, column
     for target in ("LiteRT", "TFLM"):
