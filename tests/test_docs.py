@@ -44,12 +44,14 @@ def test_the_microcontroller_guide_runs_from_training_to_the_firmware_files(tmp_
     script += "\nassert tflite_export.device_contract(model_bytes).vocab_size == 256\n"
     _run([sys.executable, "-c", script], tmp_path)
     doc = (DOCS / "lm_on_device.md").read_text()
-    command = re.search(r"```\n(python -m tflite_export lm\.keras.*?)```", doc, re.S)
-    words = command.group(1).replace("\\\n", " ").split()
-    run = _run([sys.executable, *words[1:]], tmp_path)
-    written = {"lm.tflite", "lm.cc", "lm.h", "lm_decode.h"}
+    commands = re.findall(r"```\n(python -m tflite_export lm\.keras.*?)```", doc, re.S)
+    assert len(commands) == 2  # the stopping step, then the streaming one
+    for command in commands:  # in order, in one folder, as a reader runs them
+        words = command.replace("\\\n", " ").split()
+        run = _run([sys.executable, *words[1:]], tmp_path)
+        assert "| TFLM == LiteRT | True |" in run.stdout
+    written = {"lm.tflite", "lm.cc", "lm.h", "lm_decode.h", "lm_streaming.tflite"}
     assert written <= {path.name for path in tmp_path.iterdir()}
-    assert "| TFLM == LiteRT | True |" in run.stdout
 
 
 @pytest.mark.slow
