@@ -16,8 +16,19 @@
 #include "tensorflow/lite/micro/micro_mutable_op_resolver.h"
 #include "tensorflow/lite/micro/system_setup.h"
 #include "tensorflow/lite/schema/schema_generated.h"
+#if defined(LM_DEBUG_LOG_CALLBACK)
+// A board build (TFLM's cortex_m_generic target) hands MicroPrintf's text to
+// a callback the firmware registers, and prints nothing without one: build
+// with -DLM_DEBUG_LOG_CALLBACK to send it to stdout (semihosting with newlib's
+// rdimon specs, or a UART that retargets _write). A host build needs neither.
+#include "tensorflow/lite/micro/cortex_m_generic/debug_log_callback.h"
+#endif
 
 namespace {
+
+#if defined(LM_DEBUG_LOG_CALLBACK)
+void WriteLog(const char* text) { std::fputs(text, stdout); }
+#endif
 
 alignas(16) uint8_t arena[G_MODEL_ARENA_BYTES];
 int8_t caches[G_MODEL_CACHE_BYTES];  // the state between steps
@@ -100,6 +111,9 @@ int Generate(const int32_t* prompt, int n, int32_t* out, int max_new) {
 }
 
 int main(int argc, char** argv) {
+#if defined(LM_DEBUG_LOG_CALLBACK)
+  RegisterDebugLogCallback(WriteLog);
+#endif
   tflite::InitializeTarget();
   static int32_t prompt[G_MODEL_CACHE_LENGTH];
   int n = 0;

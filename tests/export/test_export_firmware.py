@@ -164,6 +164,46 @@ def record_tflm(model_bytes, prompt, new_tokens, path):
     return tokens[len(prompt) :]
 
 
+def build_loop(model_bytes, folder, defines=()):
+    """The docs' loop file, the CLI's three files and the stand-in, built with
+    g++ -Werror and `defines` in `folder`; the replay recorded for prompt
+    `[4, 7, 1]`. Returns `(command line to run, the tokens TFLM gave)`."""
+    compiler = shutil.which("g++")
+    if compiler is None:
+        pytest.skip("needs a C++ compiler (g++)")
+    contract = device_contract(model_bytes)
+    write_c_array(model_bytes, folder / "lm.cc")
+    (folder / "lm_decode.h").write_text(contract.c_header("g_model"))
+    shutil.copy(LOOP, folder / "lm_main.cc")
+    command = [compiler, "-std=c++17", "-Wall", "-Wextra", "-Werror", f"-I{REPLAY}"]
+    command += [f"-D{define}" for define in defines]
+    command += ["-I.", "lm_main.cc", "lm.cc", str(REPLAY / "replay.cc"), "-o", "lm"]
+    subprocess.run(command, cwd=folder, check=True)
+    prompt = [4, 7, 1]
+    slots = contract.cache_length
+    new = 2 * slots if contract.streams else slots - len(prompt)
+    want = record_tflm(model_bytes, prompt, new, folder / "steps.bin")
+    return ["./lm", *map(str, prompt)], want
+
+
+def run_loop(command, folder):
+    run = subprocess.run(
+        command,
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "LM_REPLAY": str(folder / "steps.bin")},
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    return run.stdout.splitlines()
+
+
+def printed_tokens(lines):
+    return [
+        int(v) for line in lines if line.startswith("tokens") for v in line.split()[1:]
+    ]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", FIRMWARES)
 def test_the_docs_firmware_loop_builds_against_tflms_names_and_generates_tflms_tokens(
@@ -172,41 +212,37 @@ def test_the_docs_firmware_loop_builds_against_tflms_names_and_generates_tflms_t
     """The loop file as the docs show it, the CLI's three files, g++ -Werror;
     the stand-in refuses any step fed otherwise than the Python TFLM was."""
     pytest.importorskip("tflite_micro", reason="needs tflite-micro (TFLM)")
-    compiler = shutil.which("g++")
-    if compiler is None:
-        pytest.skip("needs a C++ compiler (g++)")
     model_bytes = exports[name]
-    contract = device_contract(model_bytes)
-    write_c_array(model_bytes, tmp_path / "lm.cc")
-    (tmp_path / "lm_decode.h").write_text(contract.c_header("g_model"))
-    shutil.copy(LOOP, tmp_path / "lm_main.cc")
-    command = [compiler, "-std=c++17", "-Wall", "-Wextra", "-Werror", f"-I{REPLAY}"]
-    command += ["-I.", "lm_main.cc", "lm.cc", str(REPLAY / "replay.cc"), "-o", "lm"]
-    subprocess.run(command, cwd=tmp_path, check=True)
-    prompt = [4, 7, 1]
-    slots = contract.cache_length
-    new = 2 * slots if contract.streams else slots - len(prompt)
-    want = record_tflm(model_bytes, prompt, new, tmp_path / "steps.bin")
+    command, want = build_loop(model_bytes, tmp_path)
+    prompt, new = [4, 7, 1], len(want)
     assert (
         want
         == generate_tflite(model_bytes, [prompt], new, runtime="tflm")[0, 3:].tolist()
     )
-    run = subprocess.run(
-        ["./lm", *map(str, prompt)],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        env={**os.environ, "LM_REPLAY": str(tmp_path / "steps.bin")},
-    )
-    assert run.returncode == 0, run.stdout + run.stderr
-    lines = run.stdout.splitlines()
-    got = [
-        int(v) for line in lines if line.startswith("tokens") for v in line.split()[1:]
-    ]
-    assert got == want
+    lines = run_loop(command, tmp_path)
+    assert printed_tokens(lines) == want
     assert f"generated {new} tokens; a second run gave the same" in lines
     assert lines.count(f"arena {smallest_arena(model_bytes)}") == 1  # made once
-    assert "more than once" not in run.stdout
+    assert "more than once" not in "\n".join(lines)
+
+
+@pytest.mark.slow
+def test_a_board_build_prints_through_the_debug_log_callback(exports, tmp_path):
+    """On TFLM's board target MicroPrintf only calls a registered callback: the
+    loop printed nothing there; built with -DLM_DEBUG_LOG_CALLBACK it registers
+    one, and the tokens reach stdout as on the host."""
+    pytest.importorskip("tflite_micro", reason="needs tflite-micro (TFLM)")
+    silent, board = tmp_path / "silent", tmp_path / "board"
+    silent.mkdir()
+    board.mkdir()
+    command, _ = build_loop(exports["alibi"], silent, ["TFLM_REPLAY_BOARD"])
+    lines = run_loop(command, silent)  # the stand-in's own "arena" line only
+    assert not [line for line in lines if not line.startswith("arena ")]
+    defines = ["TFLM_REPLAY_BOARD", "LM_DEBUG_LOG_CALLBACK"]
+    command, want = build_loop(exports["alibi"], board, defines)
+    lines = run_loop(command, board)
+    assert printed_tokens(lines) == want
+    assert f"generated {len(want)} tokens; a second run gave the same" in lines
 
 
 def test_the_docs_show_the_loop_file_verbatim():
