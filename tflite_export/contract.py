@@ -200,7 +200,6 @@ class DeviceContract:
             f"#ifndef {guard}",
             f"#define {guard}",
             "",
-            "#include <math.h>",
             "#include <stdint.h>",
             "#include <string.h>",
             "",
@@ -251,20 +250,26 @@ class DeviceContract:
             "  int output_zero_point;",
             "  float input_scale;",
             "  int input_zero_point;",
+            "  const int8_t* table;  // copy 0: the input byte of each output byte",
             f"}} {name}_feed;",
             "",
         ]
+        for j, feed in enumerate(self.feeds):
+            if not feed.copy:  # integer requantization: one byte read a value
+                table = feed_table(self.outputs[feed.output], self.inputs[feed.input])
+                lines += _byte_table(f"{name}_feed_table_{j}", table)
         for kind, group in (("inputs", self.inputs), ("outputs", self.outputs)):
             lines.append(f"static const {ports} {name}_{kind}[] = {{")
             lines += [f"    {_port_literal(port)}," for port in group]
             lines.append("};")
         lines.append(f"static const {name}_feed {name}_feeds[] = {{")
-        for feed in self.feeds:
+        for j, feed in enumerate(self.feeds):
             out, into = self.outputs[feed.output], self.inputs[feed.input]
+            table = "0" if feed.copy else f"{name}_feed_table_{j}"
             lines.append(
                 f"    {{{feed.output}, {feed.input}, {into.bytes}, {int(feed.copy)}, "
                 f"{_float(out.scale)}, {out.zero_point}, {_float(into.scale)}, "
-                f"{into.zero_point}}},"
+                f"{into.zero_point}, {table}}},"
             )
         lines += [
             "};",
@@ -276,11 +281,8 @@ class DeviceContract:
             "    memcpy(to, from, (size_t)feed->bytes);",
             "    return;",
             "  }",
-            "  for (int i = 0; i < feed->bytes; ++i) {",
-            "    float real = (float)(from[i] - feed->output_zero_point) *",
-            "                 feed->output_scale;",
-            "    long q = lrintf(real / feed->input_scale) + feed->input_zero_point;",
-            "    to[i] = (int8_t)(q < -128 ? -128 : (q > 127 ? 127 : q));",
+            "  for (int i = 0; i < feed->bytes; ++i) {  // integer: no float op",
+            "    to[i] = feed->table[(uint8_t)from[i]];",
             "  }",
             "}",
             "",
@@ -299,6 +301,30 @@ class DeviceContract:
             "",
         ]
         return "\n".join(lines)
+
+
+def feed_table(output, into):
+    """int8 `(256,)`: the `into` byte of each `output` byte, by its unsigned value.
+
+    Entry `b` requantizes the int8 value of byte `b` from the output's scale
+    and zero point onto the input's as the float32 loop did (`real = (q -
+    zero) * scale` in float32, rounded half to even), so a firmware moves a
+    cache with one table read a value.
+    """
+    raw = np.arange(256, dtype=np.uint8).view(np.int8)
+    real = (raw.astype(np.float32) - output.zero_point) * np.float32(output.scale)
+    moved = np.rint(real / np.float32(into.scale)) + into.zero_point
+    return np.clip(moved, -128, 127).astype(np.int8)
+
+
+def _byte_table(name, table):
+    """C lines of `static const int8_t name[256]`, 16 values a line."""
+    lines = [f"static const int8_t {name}[256] = {{"]
+    for start in range(0, 256, 16):
+        lines.append(
+            "    " + ", ".join(str(int(v)) for v in table[start : start + 16]) + ","
+        )
+    return lines + ["};", ""]
 
 
 def device_contract(model_bytes, source=None):

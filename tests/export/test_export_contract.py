@@ -123,7 +123,8 @@ def test_naming_and_ordering_changes_nothing_the_model_computes(exports):
 
 
 def feed_cache(contract, feed, raw):
-    """The header's `feed_cache` in NumPy: a copy, or requantized in float32."""
+    """The header's `feed_cache` in NumPy: a copy, or requantized as the float32
+    loop did (the header's table holds these bytes)."""
     if feed.copy:
         return raw.copy()
     out, into = contract.outputs[feed.output], contract.inputs[feed.input]
@@ -396,7 +397,9 @@ def test_the_headers_cache_feed_and_argmax_match_the_python_runner(exports, tmp_
     if compiler is None:
         pytest.skip("needs a C++ compiler (g++)")
     contract = with_a_requantized_feed(device_contract(exports["tflm"]))
-    (tmp_path / "step.h").write_text(contract.c_header("lm", arena_bytes=4096))
+    header = contract.c_header("lm", arena_bytes=4096)
+    assert "lrintf" not in header and "float real" not in header  # integer only
+    (tmp_path / "step.h").write_text(header)
     (tmp_path / "main.cc").write_text(FEED_CACHES)
     command = [compiler, "-std=c++17", "-Wall", "-Wextra", "-Werror", "main.cc"]
     subprocess.run(command + ["-o", "feed"], cwd=tmp_path, check=True)
