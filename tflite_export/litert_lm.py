@@ -23,7 +23,6 @@ last chunk).
 """
 
 import io
-import json
 import os
 import pathlib
 import tempfile
@@ -47,6 +46,11 @@ from tflite_export.litert_lm_model import (  # noqa: F401 (public here too)
     prefill_plan,
     share_identical_buffers,
 )
+from tflite_export.litert_lm_tokenizer import (  # noqa: F401 (public here too)
+    EXTRA,
+    byte_tokenizer,
+    tokenizer_text,
+)
 
 #: The modes of `convert_litert_lm`: float32; int8 weights with float
 #: activations (`"dynamic_int8"`); int8 weights and activations inside,
@@ -56,8 +60,6 @@ LITERT_LM_MODES = ("float32", "dynamic_int8", "int8_float_io")
 DEFAULT_PREFILL_LENGTHS = (16, 128)
 #: The converter's dynamic-range mode leaves kernels of fewer values float32.
 DYNAMIC_MIN_ELEMENTS = 1024
-#: The pip extra that installs the builder and the engine.
-EXTRA = "pip install 'keras_posenc[litertlm]'"
 
 
 def convert_litert_lm(
@@ -195,7 +197,7 @@ def _plan(
         _fail("max_num_tokens", "an int >= 2", max_num_tokens)
     cache_length = max_num_tokens + max(lengths)
     check_cache_length(model, cache_length, "max_num_tokens + max(prefill_lengths)")
-    text = _tokenizer(tokenizer, vocab, tokens)
+    text = tokenizer_text(tokenizer, vocab, tokens)
     check_float32(model, FLOAT32_PURPOSE if mode == "float32" else None)
     if mode == "int8_float_io":
         refuse_float_only_layers(model, "int8")
@@ -329,128 +331,6 @@ def _tokens(start_token, stop_tokens, vocab):
         None if start_token is None else int(start_token),
         tuple(int(s) for s in stops),
     )
-
-
-def byte_tokenizer(vocab_size, start_token=None, stop_tokens=()):
-    """An HF `tokenizer.json` (text) mapping byte b to id b, for `vocab_size` ids.
-
-    A byte-level BPE with no merges: each UTF-8 byte of a text is one token,
-    id = the byte. Ids past 255 are special tokens: `<bos>` for
-    `start_token`, `<eos>` (`<eos_1>`, ...) for the stop tokens, `<extra_i>`
-    for the others.
-    """
-    if vocab_size < 256:
-        _fail(
-            "tokenizer", "a tokenizer.json path for a vocabulary under 256 ids", "bytes"
-        )
-    vocab = {char: byte for byte, char in _byte_chars().items()}
-    special, stops = [], list(stop_tokens)
-    for index in range(256, vocab_size):
-        if index == start_token:
-            name = "<bos>"
-        elif index in stops:
-            rank = stops.index(index)
-            name = "<eos>" if rank == 0 else f"<eos_{rank}>"
-        else:
-            name = f"<extra_{index}>"
-        vocab[name] = index
-        special.append(
-            {
-                "id": index,
-                "content": name,
-                "single_word": False,
-                "lstrip": False,
-                "rstrip": False,
-                "normalized": False,
-                "special": True,
-            }
-        )
-    level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False}
-    document = {
-        "version": "1.0",
-        "truncation": None,
-        "padding": None,
-        "added_tokens": special,
-        "normalizer": None,
-        "pre_tokenizer": dict(level, use_regex=False),
-        "post_processor": None,
-        "decoder": dict(level, use_regex=False),
-        "model": {
-            "type": "BPE",
-            "dropout": None,
-            "unk_token": None,
-            "continuing_subword_prefix": None,
-            "end_of_word_suffix": None,
-            "fuse_unk": False,
-            "byte_fallback": False,
-            "vocab": vocab,
-            "merges": [],
-        },
-    }
-    return json.dumps(document, ensure_ascii=False)
-
-
-def _byte_chars():
-    """Byte -> the printable character byte-level BPE writes it as (GPT-2's map)."""
-    kept = [*range(33, 127), *range(161, 173), *range(174, 256)]
-    chars, shift = {}, 0
-    for byte in range(256):
-        if byte in kept:
-            chars[byte] = chr(byte)
-        else:
-            chars[byte] = chr(256 + shift)
-            shift += 1
-    return chars
-
-
-def _tokenizer(tokenizer, vocab, tokens):
-    if isinstance(tokenizer, str) and tokenizer == "bytes":
-        return byte_tokenizer(vocab, *tokens)
-    if not isinstance(tokenizer, (str, os.PathLike)) or not str(tokenizer).endswith(
-        ".json"
-    ):
-        _fail("tokenizer", "'bytes' or the path of an HF tokenizer.json", tokenizer)
-    source = pathlib.Path(tokenizer)  # never `path` (a .litertlm)
-    if not source.is_file():
-        _fail("tokenizer", "an existing tokenizer.json file", str(source))
-    text = source.read_text(encoding="utf-8")
-    try:
-        json.loads(text)
-    except ValueError as error:
-        _fail("tokenizer", f"a JSON file ({error})", str(source))
-    _check_tokenizer(text, vocab, str(source))
-    return text
-
-
-def _check_tokenizer(text, vocab, source):
-    """Refuses a JSON text that is no tokenizer, or whose ids are not the model's.
-
-    The engine would load the bundle and abort on the first, and read
-    embedding rows that do not exist (or print ids it has no text for) on
-    the second.
-    """
-    try:
-        from tokenizers import Tokenizer
-    except ImportError as error:
-        raise ImportError(
-            f"Reading a tokenizer.json needs `tokenizers`: {EXTRA}"
-        ) from error
-    try:
-        ids = set(Tokenizer.from_str(text).get_vocab(with_added_tokens=True).values())
-    except Exception as error:  # the library's own error types vary
-        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
-        _fail("tokenizer", f"an HF tokenizer.json ({reason})", source)
-    missing = sorted(set(range(vocab)) - ids)
-    beyond = sorted(i for i in ids if i >= vocab)
-    if missing or beyond:
-        _fail(
-            "tokenizer",
-            f"a tokenizer whose ids are the model's 0 .. {vocab - 1} "
-            f"(vocab_size={vocab}); ids without a token: {missing[:5]}"
-            f"{'...' if len(missing) > 5 else ''}, ids past the vocabulary: "
-            f"{beyond[:5]}{'...' if len(beyond) > 5 else ''}",
-            source,
-        )
 
 
 def llm_metadata(tokens, max_num_tokens):
