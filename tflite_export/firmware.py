@@ -254,6 +254,7 @@ def check_arena_bytes(arena_bytes):
 def header_macros(prefix, ops, arena_bytes):
     """The ops and arena macros of a header, as lines; `prefix` in capitals."""
     methods = [resolver_method(op) for op in ops]
+    arena = check_arena_bytes(arena_bytes)
     return [
         f"// The model's {len(ops)} builtin ops, for "
         f"tflite::MicroMutableOpResolver<{prefix}_NUM_OPS>:",
@@ -264,8 +265,14 @@ def header_macros(prefix, ops, arena_bytes):
         f"  X({methods[-1]})",
         "// The smallest arena with which the TFLM interpreter allocated and ran",
         "// the model, measured on a 64-bit host: an upper bound for 32-bit",
-        "// targets (their pointers are half as wide).",
-        f"#define {prefix}_ARENA_BYTES {check_arena_bytes(arena_bytes)}",
+        "// targets (their pointers are half as wide). With the model's other",
+        "// header included too, the larger of the two figures holds.",
+        f"#if defined({prefix}_ARENA_BYTES) && {prefix}_ARENA_BYTES < {arena}",
+        f"#undef {prefix}_ARENA_BYTES",
+        "#endif",
+        f"#ifndef {prefix}_ARENA_BYTES",
+        f"#define {prefix}_ARENA_BYTES {arena}",
+        "#endif",
     ]
 
 

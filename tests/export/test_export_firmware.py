@@ -398,3 +398,28 @@ def test_random_byte_mutations_are_read_or_refused_with_a_value_error(dense):
             model_ops(bytes(data))
         except ValueError:
             pass
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("first", ["lm.h", "lm_decode.h"])
+def test_both_headers_of_a_model_build_together_with_the_larger_arena(
+    exports, tmp_path, first
+):
+    """`write_c_array`'s header and the contract's both define the ops and the
+    arena; with different arena figures a firmware that included both failed
+    to build. The larger figure holds, whichever comes first."""
+    compiler = shutil.which("g++")
+    if compiler is None:
+        pytest.skip("needs a C++ compiler (g++)")
+    model_bytes = exports["alibi"]
+    write_c_array(model_bytes, tmp_path / "lm.cc", arena_bytes=1000)
+    header = device_contract(model_bytes).c_header("g_model", arena_bytes=3000)
+    (tmp_path / "lm_decode.h").write_text(header)
+    second = "lm_decode.h" if first == "lm.h" else "lm.h"
+    (tmp_path / "both.cc").write_text(
+        f'#include "{first}"\n#include "{second}"\n'
+        'static_assert(G_MODEL_ARENA_BYTES == 3000, "the larger arena");\n'
+        "int main() { return G_MODEL_NUM_OPS > 0 ? 0 : 1; }\n"
+    )
+    command = [compiler, "-std=c++17", "-Wall", "-Wextra", "-Werror", "-c"]
+    subprocess.run(command + ["both.cc", "-o", "both.o"], cwd=tmp_path, check=True)
