@@ -132,3 +132,28 @@ def test_kernels_sharing_int8_bytes_keep_their_own_scales():
         np.testing.assert_allclose(ratio, 3.0, rtol=1e-5)
         error = np.abs(run_litert(int4, x) - expected).max() / scale
         assert error < 0.25 and int8_error < 0.05, (error, int8_error)
+
+
+@pytest.mark.slow
+def test_one_bias_tensor_read_by_kernels_of_different_scales_is_refused():
+    """A bias tensor two FULLY_CONNECTED ops read is rescaled once; on kernels
+    of different 4-bit scales it cannot serve both, and is refused by name."""
+    from tensorflow.lite.tools import flatbuffer_utils
+
+    rng = np.random.default_rng(3)
+    k = rng.normal(size=(8, 8))
+    inputs = keras.Input((8,), batch_size=1)
+    h = keras.layers.Dense(8, activation="relu", name="first")(inputs)
+    model = keras.Model(inputs, keras.layers.Dense(8, name="second")(h))
+    model.get_layer("first").set_weights([k, np.full(8, 0.5)])
+    model.get_layer("second").set_weights([3 * k, np.full(8, 0.5)])
+    x = rng.normal(size=(32, 8)).astype(np.float32)
+    parsed = flatbuffer_utils.convert_bytearray_to_object(
+        bytearray(tflite_export.convert(model, x, mode="int8"))
+    )
+    graph = parsed.subgraphs[0]
+    first, second = [op for op in graph.operators if len(op.inputs) > 2][:2]
+    second.inputs[2] = first.inputs[2]  # one bias tensor for both
+    shared = bytes(flatbuffer_utils.convert_object_to_bytearray(parsed))
+    with pytest.raises(ValueError, match="one bias tensor read by kernels of"):
+        int4_kernels(shared, per_channel=True)
