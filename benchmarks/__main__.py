@@ -24,6 +24,7 @@ from benchmarks import (
     scaling,
     sparse,
     speed,
+    stream_step,
     streaming,
 )
 
@@ -48,6 +49,7 @@ BENCHMARKS = {
     "generate": generate,
     "litertlm": litertlm,
     "streaming": streaming,
+    "stream_step": stream_step,
     "packed": packed,
     "qat": qat,  # both parts; each alone:
     "qat_digits": SimpleNamespace(run=qat.run_digits),

@@ -190,8 +190,9 @@ class CachedDecoding:
         The new keys go into the cache unrotated, at their slot; every
         cached key is rotated (and the bias evaluated) at its position
         inside the cache when read (inside `ops.cache.static_decoding()`,
-        rows of constant tables at those integer places). Returns
-        `(output, cache)`.
+        rows of constant tables at those integer places). An export of a
+        fixed rotation caches its keys rotated at their slots instead, and
+        turns the queries (`_slot_rotation`). Returns `(output, cache)`.
         """
         pair, restore = _as_pair(cache)
         length, slots = dim(query, 1), pair[0].shape[2]
@@ -199,6 +200,11 @@ class CachedDecoding:
         slot, q_pos, k_pos, mask = ops.cache.rolling_positions(
             index, length, sink_tokens, slots
         )
+        rotary = self.rotary
+        tabled = ops.cache.is_static() and rotary is not None
+        tabled = tabled and rotary.position_only and not rotary.learned_frequencies
+        if tabled:  # an export: keys cached rotated at their slot
+            q, k = self._slot_rotation(q, k, slot, q_pos, slots, slots - sink_tokens)
         keys, values, pair = ops.cache.update_cache(pair, k, v, slot)
         bias = None
         if self.position_bias is not None:
@@ -209,11 +215,9 @@ class CachedDecoding:
         mask = mask[None, None]  # (1, 1, T, S_max)
         if attention_mask is not None:
             mask = tf.logical_and(mask, tf.cast(attention_mask, bool)[:, None])
-        turned = ops.cache.is_static() and self.rotary is not None
-        if turned and self.rotary.position_only and not self.rotary.learned_frequencies:
-            # An export: queries turned by their distance to each slot (rows
-            # of a constant table); no rotation touches the int8 cache.
-            logits = self._turned_logits(q, keys, q_pos, k_pos=k_pos, slots=slots)
+        if tabled:
+            logits = ops.attention.heads_first_logits(q, keys)  # (B, N, 3T, S)
+            logits = ops.cache.pick_rolling_logits(logits, slot, sink_tokens)
             weights = self._weights(logits, bias, mask)
             context = ops.attention.cached_context(weights, values)
             return self._merge(context), restore(pair)
@@ -230,29 +234,46 @@ class CachedDecoding:
         context = self._cached_attention(q, keys, values, bias, mask)
         return self._merge(context), restore(pair)
 
-    def _turned_logits(self, q, keys, where, current=None, k_pos=None, slots=None):
+    def _slot_rotation(self, q, k, slot, q_pos, slots, window):
+        """A rolling export's queries, heads-first `(B, N, 3T, H)`, and new keys.
+
+        Each new key is rotated at its slot `j` (a row of a constant table),
+        as a stopping step rotates at the position, and is never touched
+        again. Rotations compose (`R_a q . R_j k = R_(a-j) q . k`), so a
+        query in the ring's slot `c` sees a window key in slot `j <= c` at
+        distance `c - j` and one in `j > c` (an older lap) at `c + W - j`:
+        its age either way, the distance the Keras model reads from the
+        keys' in-cache places; a sink `s` at `place - s`. Each query comes
+        out rotated at its place, at `c` and at `c + W` (rows of a table of
+        `S + W` positions; the keys' has `S`), and
+        `ops.cache.pick_rolling_logits` reads each slot's logit from the
+        right one: three one-row products a head instead of a rotation of
+        every cached key, and no float op on positions.
+        """
+        length = dim(q, 1)
+        c = tf.range(length) + slot  # (T,) int32: the queries' own slots
+        rows = tf.concat([q_pos, c, c + window], axis=0)  # (3T,): kind-major
+        k = self._rotate_rows(k, "key", c, slots)
+        q = ops.attention.swap_heads(q)  # (B, N, T, H): a reshape for one token
+        if length != 1 or not self._scale_in_rotation():  # no broadcast then
+            q = tf.concat([q] * 3, axis=2)
+        # One token's (B, N, 1, H) turned by (3, r) tables broadcasts to 3 rows.
+        return self._rotate_rows(q, "query", rows, slots + window, True), k
+
+    def _turned_logits(self, q, keys, where, current):
         """Logits `(B, N, T, S_max)` of unturned queries and cached keys `(B, N, S, H)`.
 
         The same numbers as turning both at the current length: rotations
         compose, `R_i q . R_j k = R_(i-j) q . k`, so each query is turned by
         its distance to every slot and the cached keys are only read. Inside
         an int8 export no rotation then touches the cache (a rotated cache
-        would leave the converter's cache tensors float32). With `k_pos`
-        (a rolling cache's integer places of the slots, `where` the queries'),
-        the distances are rows of a constant table of `slots` rows (masked
-        slots read row 0).
+        would leave the converter's cache tensors float32).
         """
-        if k_pos is not None:  # a rolling cache's integer places: table rows
-            offsets = tf.maximum(where[:, None] - k_pos[None, :], 0)  # (T, S)
-            every = ops.position_range(slots)[:, None]  # (S, 1): distances
-            table = self.rotary.cos_sin(every, "query")  # (S, r/2) each
-            cos, sin = (tf.gather(t, offsets) for t in table)  # (T, S, r/2)
-        else:
-            slots = dim(keys, 2)
-            offsets = where[:, None] - ops.position_range(slots)[None, :]  # (T, S)
-            cos, sin = self.rotary.cos_sin(
-                offsets[..., None], "query", tf.cast(current, tf.float32)
-            )  # (T, S, r/2)
+        slots = dim(keys, 2)
+        offsets = where[:, None] - ops.position_range(slots)[None, :]  # (T, S)
+        cos, sin = self.rotary.cos_sin(
+            offsets[..., None], "query", tf.cast(current, tf.float32)
+        )  # (T, S, r/2)
         scale = self.rotary.attention_factor  # the keys' factor, on this side
         if self._scale_in_rotation():
             scale *= self._query_scale

@@ -76,19 +76,30 @@ class RotaryAttention:
         rotated = []
         for x, where, side in ((q, q_pos, "query"), (k, k_pos, "key")):
             if tabulate:  # (T, 1) positions: rows of a constant table
-                every = ops.position_range(max_length)[:, None]  # (S_max, 1)
-                table = self.rotary.cos_sin(every, side)
                 at = side_rows[side]
                 at = tf.cast(where[:, 0], tf.int32) if at is None else at
-                cos, sin = (tf.gather(t, at) for t in table)
+                rotated.append(self._rotate_rows(x, side, at, max_length))
             else:
                 cos, sin = self.rotary.cos_sin(where, side, length)
-            if side == "query" and self._scale_in_rotation():
-                cos, sin = cos * self._query_scale, sin * self._query_scale
-            if not self.rotary.learned_frequencies:  # (..., L, r/2): one per head
-                cos, sin = cos[..., None, :], sin[..., None, :]
-            rotated.append(ops.rotary.rotate(x, cos, sin, self.rotary.interleaved))
+                rotated.append(self._turn(x, side, cos, sin))
         return rotated
+
+    def _rotate_rows(self, x, side, rows, table_length, heads_first=False):
+        """`x` `(B, T, N, H)` (or `(B, N, T, H)`) of one side rotated at
+        integer `rows` `(T,)` of a constant table of positions `0 ..
+        table_length - 1` (exports: no SIN, COS or EXP on the device, no
+        float position)."""
+        every = ops.position_range(table_length)[:, None]  # (S_max, 1)
+        cos, sin = (tf.gather(t, rows) for t in self.rotary.cos_sin(every, side))
+        return self._turn(x, side, cos, sin, heads_first)
+
+    def _turn(self, x, side, cos, sin, heads_first=False):
+        """`x` of one side turned by `cos`, `sin` `(..., T, r/2)`."""
+        if side == "query" and self._scale_in_rotation():
+            cos, sin = cos * self._query_scale, sin * self._query_scale
+        if not (self.rotary.learned_frequencies or heads_first):  # one per head
+            cos, sin = cos[..., None, :], sin[..., None, :]
+        return ops.rotary.rotate(x, cos, sin, self.rotary.interleaved)
 
     def _table_rows(self, length, index):
         """Integer rows `index .. index + T - 1` of the rotation tables.

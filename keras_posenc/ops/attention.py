@@ -166,11 +166,15 @@ def cached_logits(q, keys, step=False):
     the keys' layout, which oneDNN runs faster than a one-row matmul.
     Returns `(B, N, T, S)`.
     """
+    return heads_first_logits(swap_heads(q), keys, step)
+
+
+def heads_first_logits(q, keys, step=False):
+    """`cached_logits` of heads-first queries `(B, N, T, H)`: `(B, N, T, S)`."""
     shape = tf.shape(q)
-    batch, length, heads, size = shape[0], dim(q, 1), q.shape[2], q.shape[3]
+    batch, heads, length, size = shape[0], q.shape[1], dim(q, 2), q.shape[3]
     kv_heads, slots = keys.shape[1], tf.shape(keys)[2]
     groups = heads // kv_heads
-    q = swap_heads(q)  # (B, N, T, H)
     if groups > 1:
         q = tf.reshape(q, [batch, kv_heads, groups * length, size])
     if step and groups == 1:

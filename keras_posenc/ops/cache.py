@@ -16,6 +16,7 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.compiler.tf2xla.python.xla import dynamic_update_slice
 
+from keras_posenc._compat import dim
 from keras_posenc.ops.attention import in_xla
 
 _STATIC = contextvars.ContextVar("keras_posenc_static_decoding", default=False)
@@ -347,6 +348,27 @@ def rolling_positions(index, length, sink_tokens, slots):
     query_positions = tf.minimum(fresh, slots - 1)
     mask = tf.range(slots)[None, :] <= fresh[:, None]  # written slots, causal
     return slot, query_positions, key_positions, mask
+
+
+def pick_rolling_logits(logits, slot, sink_tokens):
+    """Each slot's logit `(B, N, T, S)` from three per query `(B, N, 3T, S)`.
+
+    Rows `t`, `T + t` and `2T + t` are query `t` rotated at its in-cache
+    place, at its slot `c = slot + t` and at `c + W` (a rolling export's
+    `_slot_rotation`, over keys rotated at their slots): a sink reads the
+    first, a window slot `j <= c` the second and `j > c` (written a lap
+    earlier) the third. Integer min/max and one GATHER (what TFLM runs).
+    """
+    shape = tf.shape(logits)
+    length, slots = dim(logits, 2) // 3, logits.shape[-1]
+    t, j = np.indices((length, slots))  # (T, S) each
+    # The flat index of row (choice * T + t), column j, where choice is
+    # window * (1 + later): `later` (j > c) adds one block of T rows.
+    step = (j >= sink_tokens) * length * slots
+    later = tf.minimum(tf.maximum((j - t) - tf.cast(slot, tf.int32), 0), 1)
+    rows = (t * slots + j + step) + step * later  # (T, S) int32
+    flat = tf.reshape(logits, [shape[0], shape[1], 3 * length * slots])
+    return tf.gather(flat, rows, axis=2)  # (B, N, T, S)
 
 
 def _remainder(x, divisor):

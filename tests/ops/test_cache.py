@@ -38,6 +38,28 @@ def test_rolling_positions_match_a_simulated_ring(sink, slots):
             np.testing.assert_array_equal(k.numpy()[written], np.array(keys)[written])
 
 
+@pytest.mark.parametrize("sink, slots", [(0, 5), (2, 6), (3, 4)])
+def test_the_picked_row_turns_each_slot_by_its_in_cache_distance(sink, slots):
+    """A rolling export's keys sit rotated at their slots j and each query
+    is rotated at its place, its slot c and c + W: the row picked for slot
+    j, minus j, is the query's in-cache distance to that key (the ring's
+    oracle), for every written slot, every index and every filling length."""
+    window = slots - sink
+    for index in range(4 * slots):
+        lengths = range(1, slots - index + 1) if index < slots else (1,)
+        for length in lengths:
+            first, queries, keys, allowed = ring_oracle(index, length, sink, slots)
+            c = first + np.arange(length)
+            rows = np.concatenate([queries, c, c + window])  # each row's angle
+            turned = rows[:, None] - np.arange(slots)[None, :]  # (3T, S)
+            picked = ops.cache.pick_rolling_logits(
+                turned[None, None].astype(np.float32), first, sink
+            ).numpy()[0, 0]
+            want = np.array(queries)[:, None] - np.array(keys)[None, :]
+            seen = np.array(allowed)
+            np.testing.assert_array_equal(picked[seen], want[seen])
+
+
 @pytest.mark.parametrize("axis, count", [(1, 1), (2, 1), (2, 3), (0, 2)])
 def test_in_place_writes_put_the_rows_where_a_copy_does(axis, count):
     """`update_slice` inside `in_place_writes()` in a graph loop: each step
