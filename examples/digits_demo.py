@@ -107,7 +107,7 @@ def main(argv=None):
     report = tflite_export.verify(int8, static, test_x, test_y)
     tflite_export.atomic_write(args.out / "digits_int8.tflite", int8, force=True)
     tflite_export.write_c_array(
-        int8, args.out / "digits_int8.cc", force=True, arena_bytes=report.arena_bytes
+        int8, args.out / "digits_int8.cc", force=True, arena_bytes=report.arena
     )
     save_plots(model, history, test_x, args.out)
 
@@ -118,6 +118,7 @@ def main(argv=None):
         ("float32 .tflite size", f"{len(float32)} bytes"),
         ("int8 .tflite size", f"{len(int8)} bytes ({len(int8) / len(float32):.2f}x)"),
         ("TFLM arena", f"{report.arena_bytes} bytes"),
+        ("TFLM arena, 32-bit part", f"{report.arena_bytes_32bit} bytes"),
         ("TFLM runs", "yes" if report.tflm_ok else f"no: {report.tflm_error}"),
         ("ops", ", ".join(report.ops)),
         ("outputs", f"{args.out}/ (.tflite, .cc and .h, 4 PNG plots)"),

@@ -59,7 +59,7 @@ def main(argv=None):
         model_bytes,
         args.out / "digits_qat.cc",
         force=True,
-        arena_bytes=report.arena_bytes,
+        arena_bytes=report.arena,
     )
     print(f"float accuracy {float_accuracy:.4f}")
     print(report.table())

@@ -55,6 +55,30 @@ def test_the_microcontroller_guide_runs_from_training_to_the_firmware_files(tmp_
 
 
 @pytest.mark.slow
+def test_the_microcontroller_guides_contract_is_what_its_export_prints():
+    """The guide's contract table and protocol, word for word, are those of
+    the LM it names (seeded), so a change to the exporter shows there."""
+    pytest.importorskip("tflite_micro", reason="needs tflite-micro (TFLM)")
+    import numpy as np
+    import tensorflow as tf
+
+    from keras_posenc.models import build_causal_lm
+    from tflite_export import convert_causal_lm, device_contract
+
+    tf.keras.utils.set_random_seed(0)
+    options = dict(hidden_dim=16, num_layers=2, num_heads=2, max_length=16)
+    model = build_causal_lm(19, position="hybrid", **options)
+    ids = np.random.default_rng(0).integers(1, 19, (8, 16))
+    model_bytes = convert_causal_lm(model, ids, max_length=16, target="tflm")
+    contract = device_contract(model_bytes)
+    doc = (DOCS / "lm_on_device.md").read_text()
+    printed = contract.table().splitlines()
+    rows = [line for line in printed if line.startswith("|")]
+    assert "\n".join(rows) in doc
+    assert "\n".join(contract.protocol()) in doc
+
+
+@pytest.mark.slow
 def test_the_phone_guide_runs_from_training_to_the_engine_and_its_cli(tmp_path):
     """Its block (train, one call, the engine's text equal to Keras'), then
     its `litert-lm run` command on the file it wrote."""

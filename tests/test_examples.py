@@ -91,6 +91,7 @@ def test_the_qat_example_runs_the_packages_own_qat_to_a_c_array(tmp_path):
     assert abs(report.accuracy_tflm - report.accuracy_litert) <= 1 / images + 1e-9
     header = (tmp_path / "digits_qat.h").read_text()
     assert f"#define G_MODEL_ARENA_BYTES {report.arena_bytes}\n" in header
+    assert f"#define G_MODEL_ARENA_BYTES_32BIT {report.arena_bytes_32bit}\n" in header
 
 
 if not IS_KERAS_3:  # TF-MOT runs in Keras 2 only (the script switches to it
@@ -205,6 +206,7 @@ README_ROWS = (
     "float32 .tflite size",
     "int8 .tflite size",
     "TFLM arena",
+    "TFLM arena, 32-bit part",
     "epochs (early stopping)",
 )
 

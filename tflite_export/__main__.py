@@ -331,7 +331,7 @@ def _export(args):
     if not report.tflm_ok:
         print(f"error: TFLM cannot run the model: {report.tflm_error}", file=sys.stderr)
         return EXPORT_FAILED
-    return write_outputs(args, model_bytes, report.arena_bytes)
+    return write_outputs(args, model_bytes, report.arena)
 
 
 def write_outputs(args, model_bytes, arena_bytes, extra=()):
@@ -424,7 +424,7 @@ def _export_causal_lm(args, model, x):
     if text.shape[1] >= 2:  # flash, arena, bits per token against Keras
         report = tflite_export.verify_causal_lm(model_bytes, model, text)
         print(report.table())
-        arena = report.arena_bytes
+        arena = report.arena
     bytes_level = model.get_config()["vocab_size"] == language_modeling.VOCAB_SIZE
     for runtime, found in tokens.items():
         new_ids = found[0, len(prompt[0]) :].tolist()
@@ -439,7 +439,7 @@ def _export_causal_lm(args, model, x):
     extra = []
     if args.c_array:
         if arena is None:  # rows of one token: no report, measured here
-            arena = contract.arena_bytes
+            arena = contract.arena
         extra = [(contract_header(args.out), contract.c_header(args.name, arena))]
     return write_outputs(args, model_bytes, arena, extra)
 

@@ -143,9 +143,11 @@ def write_c_array(
     The header is `header_path`, or `path` with the suffix `.h`; the source
     includes it by file name, so keep them in one folder. Beside the
     declarations the header holds the model's ops (`NAME_NUM_OPS`, the
-    X-macro `NAME_OPS(X)`) and `NAME_ARENA_BYTES`: `arena_bytes` (a positive
-    int), or when None the smallest arena with which TFLM runs the model,
-    measured here (`tflite_export.firmware.smallest_arena`). Everything is
+    X-macro `NAME_OPS(X)`) and `NAME_ARENA_BYTES` (`_32BIT` for a 32-bit
+    part): `arena_bytes` (a positive int for both, or a `firmware.Arena`
+    such as a report's `arena`), or when None the
+    smallest arena with which TFLM runs the model, measured here
+    (`tflite_export.firmware.measure_arena`). Everything is
     checked before either file is written (an existing file is kept unless
     `force`); a failure leaves both files as they were.
 
@@ -163,11 +165,11 @@ def write_c_array(
     ops = firmware.model_ops(model_bytes)  # refuses bytes that are not a model
     for op in ops:
         firmware.resolver_method(op)
-    if arena_bytes is not None:
+    if arena_bytes is not None and not isinstance(arena_bytes, firmware.Arena):
         firmware.check_arena_bytes(arena_bytes)
     check_targets([path, header_path], force)  # before the arena is measured
     if arena_bytes is None:
-        arena_bytes = firmware.smallest_arena(model_bytes)
+        arena_bytes = firmware.measure_arena(model_bytes)
     atomic_write_all(
         [
             (header_path, c_header(name, ops, arena_bytes)),

@@ -87,9 +87,15 @@ class DeviceContract:
     model_bytes: bytes = dataclasses.field(default=b"", repr=False, compare=False)
 
     @functools.cached_property
+    def arena(self):
+        """The step's TFLM `firmware.Arena`: on this 64-bit host and for a
+        32-bit part (`firmware.measure_arena`)."""
+        return firmware.measure_arena(self.model_bytes)
+
+    @property
     def arena_bytes(self):
-        """The smallest TFLM arena that runs the step (`firmware.smallest_arena`)."""
-        return firmware.smallest_arena(self.model_bytes)
+        """The smallest TFLM arena that runs the step on this 64-bit host."""
+        return self.arena.bytes
 
     @property
     def streams(self):
@@ -182,12 +188,13 @@ class DeviceContract:
         """A C/C++ header of the contract; its macros and arrays start `name`.
 
         It holds the model's ops as `NAME_NUM_OPS` and the X-macro `NAME_OPS(X)`
-        and the arena `NAME_ARENA_BYTES`: `arena_bytes`, a positive int, or
-        when None the smallest arena that runs the step (`arena_bytes`).
+        and the arena `NAME_ARENA_BYTES` and `NAME_ARENA_BYTES_32BIT`:
+        `arena_bytes`, a positive int for both or a `firmware.Arena`, or when
+        None the step's measured `arena`.
         """
         firmware.check_c_name(name, "name")
         if arena_bytes is None:
-            arena_bytes = self.arena_bytes
+            arena_bytes = self.arena
         upper = name.upper()
         guard = f"{upper}_{self.signature.upper()}_H_"
         logit = C_TYPES[self.output_port("logits").dtype]

@@ -9,13 +9,16 @@ are (`examples/firmware/lm_main.cc` does):
 - `G_MODEL_OPS(X)`, an X-macro with one `X(AddSoftmax)` per op, named as the
   resolver's registration methods;
 - `G_MODEL_ARENA_BYTES`, the smallest arena with which the TFLM interpreter
-  allocates and invokes the model (`smallest_arena`).
+  allocates and invokes the model on this 64-bit host (`smallest_arena`),
+  and `G_MODEL_ARENA_BYTES_32BIT`, the same for a 32-bit part (Cortex-M),
+  derived from TFLM's recorded allocations (`measure_arena`).
 
 `read_model` is the one reader of `.tflite` bytes: it walks the whole
 flatbuffer once, so a truncated file or another format is refused with a
 `ValueError` before anything else reads it.
 """
 
+import dataclasses
 import re
 import struct
 
@@ -80,6 +83,44 @@ _C_RESERVED = frozenset(
 )
 #: The largest arena a header may declare: a 32-bit part's largest object.
 MAX_HEADER_ARENA_BYTES = 2**31 - 1
+#: Bytes a 32-bit part saves on each allocation TFLM records under these
+#: names: structs of pointers and ints, sizeof with TF_LITE_STATIC_MEMORY (as
+#: TFLM is built) on x86-64 and on Cortex-M (arm-none-eabi-g++): TfLiteEvalTensor
+#: 24 and 12, TfLiteTensor 64 and 32, NodeAndRegistration 64 and 32. The other
+#: records (kernels' data, quantization parameters) count in full, so the
+#: 32-bit figure is an upper bound (`docs/lm_on_device.md` has it measured).
+POINTER_SAVINGS_32BIT = {
+    "TfLiteEvalTensor data": 12,
+    "Persistent TfLiteTensor data": 32,
+    "NodeAndRegistration struct": 32,
+}
+#: A line of TFLM's `print_allocations`: the record's name and its count.
+_RECORD = re.compile(r"'([^']+)' used \d+ bytes .*?for (\d+) ")
+
+
+@dataclasses.dataclass(frozen=True)
+class Arena:
+    """A model's TFLM arena in bytes: on a 64-bit host and on a 32-bit part.
+
+    `bytes` is the smallest arena with which the TFLM interpreter allocated
+    and ran the model here (bisection on this 64-bit host; TFLM's planner
+    needs more than `arena_used_bytes` reports). `bytes_32bit` is that less
+    what 4-byte pointers save on the tensors and nodes TFLM recorded in it
+    (`POINTER_SAVINGS_32BIT`): the figure for a Cortex-M or another 32-bit
+    part, where the host's is 20-30% too large.
+    """
+
+    bytes: int
+    bytes_32bit: int
+
+
+def bytes_32bit(host_bytes, allocations):
+    """`host_bytes` less the 32-bit savings of TFLM's `print_allocations` text."""
+    saved = sum(
+        POINTER_SAVINGS_32BIT.get(name, 0) * int(count)
+        for name, count in _RECORD.findall(allocations)
+    )
+    return host_bytes - saved
 
 
 def check_c_name(value, argument="name"):
@@ -251,11 +292,25 @@ def check_arena_bytes(arena_bytes):
     return int(arena_bytes)
 
 
-def header_macros(prefix, ops, arena_bytes):
-    """The ops and arena macros of a header, as lines; `prefix` in capitals."""
+def header_macros(prefix, ops, arena):
+    """The ops and arena macros of a header, as lines; `prefix` in capitals.
+
+    `arena` is an `Arena`, or a positive int given for both figures.
+    """
     methods = [resolver_method(op) for op in ops]
-    arena = check_arena_bytes(arena_bytes)
-    return [
+    if not isinstance(arena, Arena):
+        arena = Arena(*[check_arena_bytes(arena)] * 2)
+    if arena.bytes == arena.bytes_32bit:
+        about = ["// The TFLM arena (given), on every target."]
+    else:
+        about = [
+            "// The TFLM arena: the smallest with which the TFLM interpreter",
+            f"// allocated and ran the model on a 64-bit host ({prefix}_ARENA_BYTES),",
+            "// and for a 32-bit part such as a Cortex-M the same less what its",
+            "// 4-byte pointers save on the tensors and nodes TFLM recorded",
+            f"// ({prefix}_ARENA_BYTES_32BIT, an upper bound).",
+        ]
+    lines = [
         f"// The model's {len(ops)} builtin ops, for "
         f"tflite::MicroMutableOpResolver<{prefix}_NUM_OPS>:",
         f"// expand {prefix}_OPS(X) with X(method) calling resolver.method().",
@@ -263,17 +318,21 @@ def header_macros(prefix, ops, arena_bytes):
         f"#define {prefix}_OPS(X) \\",
         *(f"  X({method}) \\" for method in methods[:-1]),
         f"  X({methods[-1]})",
-        "// The smallest arena with which the TFLM interpreter allocated and ran",
-        "// the model, measured on a 64-bit host: an upper bound for 32-bit",
-        "// targets (their pointers are half as wide). With the model's other",
-        "// header included too, the larger of the two figures holds.",
-        f"#if defined({prefix}_ARENA_BYTES) && {prefix}_ARENA_BYTES < {arena}",
-        f"#undef {prefix}_ARENA_BYTES",
-        "#endif",
-        f"#ifndef {prefix}_ARENA_BYTES",
-        f"#define {prefix}_ARENA_BYTES {arena}",
-        "#endif",
+        *about,
+        "// With the model's other header included too, the larger figures hold.",
     ]
+    figures = {"ARENA_BYTES": arena.bytes, "ARENA_BYTES_32BIT": arena.bytes_32bit}
+    for macro, value in figures.items():
+        name = f"{prefix}_{macro}"
+        lines += [
+            f"#if defined({name}) && {name} < {value}",
+            f"#undef {name}",
+            "#endif",
+            f"#ifndef {name}",
+            f"#define {name} {value}",
+            "#endif",
+        ]
+    return lines
 
 
 def bisect_arena(model_bytes, runtime, low=0, high=64 << 10, log=None):
@@ -322,7 +381,16 @@ def bisect_arena(model_bytes, runtime, low=0, high=64 << 10, log=None):
 
 
 def smallest_arena(model_bytes):
-    """`bisect_arena` of `model_bytes`, in child processes (TFLM may crash).
+    """The smallest TFLM arena that runs `model_bytes` on this 64-bit host.
+
+    `measure_arena(model_bytes).bytes`.
+    """
+    return measure_arena(model_bytes).bytes
+
+
+def measure_arena(model_bytes):
+    """The `Arena` of `model_bytes`: `bisect_arena` in child processes (TFLM
+    may crash), then TFLM's record of what it allocated in that arena.
 
     A child that crashes on a size too small is replaced by one that goes on
     from the sizes known so far, the crashing size counted as failing.
@@ -342,7 +410,7 @@ def smallest_arena(model_bytes):
             "tflite_export._tflm_worker", arrays, ARENA_TIMEOUT_SECONDS
         )
         if results is not None:
-            return int(results["arena"])
+            return Arena(int(results["arena"]), int(results["arena_32bit"]))
         tried = [int(size) for size in re.findall(rf"{ARENA_PROBE} (\d+)", log)]
         crashed = code < 0 and tried and tried[-1] < MAX_ARENA_BYTES
         if not crashed or tried[-1] <= low:

@@ -6,7 +6,7 @@ import re
 import numpy as np
 
 from tflite_export._child import run_worker
-from tflite_export.firmware import smallest_arena
+from tflite_export.firmware import Arena, measure_arena
 
 #: TFLM runs in a subprocess for at most this many seconds.
 TFLM_TIMEOUT_SECONDS = 300
@@ -25,12 +25,20 @@ class Report:
     tflm_missing_ops: list
     tflm_error: str = None
     arena_bytes: int = None
+    arena_bytes_32bit: int = None
     max_error: float = None
     tflm_max_error: float = None
     tflm_vs_litert: float = None
     accuracy_keras: float = None
     accuracy_litert: float = None
     accuracy_tflm: float = None
+
+    @property
+    def arena(self):
+        """The `firmware.Arena` of both figures (None when TFLM did not run)."""
+        if self.arena_bytes is None:
+            return None
+        return Arena(self.arena_bytes, self.arena_bytes_32bit)
 
     def table(self):
         rows = [
@@ -40,7 +48,8 @@ class Report:
             ("output scale", f"{self.output_scale:.6g}"),
             ("TFLM", "runs" if self.tflm_ok else f"FAILS: {self.tflm_error}"),
             ("TFLM missing ops", ", ".join(self.tflm_missing_ops) or "none"),
-            ("TFLM arena", _maybe(self.arena_bytes, "{} bytes")),
+            ("TFLM arena, 64-bit host", _maybe(self.arena_bytes, "{} bytes")),
+            ("TFLM arena, 32-bit part", _maybe(self.arena_bytes_32bit, "{} bytes")),
             ("max |LiteRT - Keras|", _maybe(self.max_error, "{:.4f}")),
             ("max |TFLM - Keras|", _maybe(self.tflm_max_error, "{:.4f}")),
             ("max |TFLM - LiteRT|", _maybe(self.tflm_vs_litert, "{:.4f}")),
@@ -107,6 +116,7 @@ def verify(model_bytes, keras_model=None, x=None, y=None):
         tflm_missing_ops=tflm_info["missing_ops"],
         tflm_error=tflm_info["error"],
         arena_bytes=tflm_info["arena_bytes"],
+        arena_bytes_32bit=tflm_info["arena_bytes_32bit"],
     )
     tflm = None
     if tflm_raw is not None:
@@ -142,7 +152,12 @@ def run_tflm(model_bytes, quantized_inputs, num_outputs=None):
     arena that runs the model (`tflite_export.firmware.bisect_arena`), not
     the larger one it ran in.
     """
-    info = {"missing_ops": [], "error": None, "arena_bytes": None}
+    info = {
+        "missing_ops": [],
+        "error": None,
+        "arena_bytes": None,
+        "arena_bytes_32bit": None,
+    }
     arrays = {
         "model": np.frombuffer(model_bytes, np.uint8),
         "inputs": quantized_inputs,
@@ -161,7 +176,8 @@ def run_tflm(model_bytes, quantized_inputs, num_outputs=None):
             reason = f"the interpreter aborted (signal {-code}) {reason}"
         info["error"] = reason.strip()
         return None, info
-    info["arena_bytes"] = smallest_arena(model_bytes)
+    arena = measure_arena(model_bytes)
+    info["arena_bytes"], info["arena_bytes_32bit"] = arena.bytes, arena.bytes_32bit
     outputs = [results[f"output_{k}"] for k in range(num_outputs or 1)]
     return (outputs if num_outputs else outputs[0]), info
 

@@ -7,7 +7,7 @@ import numpy as np
 from keras_posenc import generation
 from keras_posenc.models import CausalLM
 from tflite_export.contract import device_contract
-from tflite_export.firmware import smallest_arena
+from tflite_export.firmware import Arena, measure_arena
 from tflite_export.generate import Decoder, generate_tflite, tflm_generation
 
 
@@ -21,14 +21,23 @@ class LMReport:
     bits_per_token_keras: float
     bits_per_token_litert: float
     arena_bytes: int = None
+    arena_bytes_32bit: int = None
     greedy_agreement: float = None
+
+    @property
+    def arena(self):
+        """The `firmware.Arena` of both figures (None before TFLM ran)."""
+        if self.arena_bytes is None:
+            return None
+        return Arena(self.arena_bytes, self.arena_bytes_32bit)
 
     def table(self):
         rows = [
             ("flash (the .tflite)", f"{self.size_bytes} bytes"),
             ("signatures", ", ".join(self.signatures)),
             ("cache length S", str(self.cache_length)),
-            ("TFLM arena", _maybe(self.arena_bytes, "{} bytes")),
+            ("TFLM arena, 64-bit host", _maybe(self.arena_bytes, "{} bytes")),
+            ("TFLM arena, 32-bit part", _maybe(self.arena_bytes_32bit, "{} bytes")),
             ("bits per token, Keras", f"{self.bits_per_token_keras:.4f}"),
             ("bits per token, LiteRT", f"{self.bits_per_token_litert:.4f}"),
             ("TFLM greedy tokens = LiteRT's", _maybe(self.greedy_agreement, "{:.2f}")),
@@ -46,7 +55,8 @@ def verify_causal_lm(model_bytes, keras_model, token_ids):
     export (a `decode` signature only) the first half of each row is also a
     prompt for greedy generation in TFLM (a subprocess) and in LiteRT:
     `greedy_agreement` is the share of new tokens that agree; `arena_bytes`
-    is the smallest arena with which TFLM runs the step (`smallest_arena`).
+    is the smallest arena with which TFLM runs the step on this 64-bit host
+    and `arena_bytes_32bit` the figure for a 32-bit part (`measure_arena`).
 
     Args:
         model_bytes: bytes of `convert_causal_lm`.
@@ -113,7 +123,8 @@ def verify_causal_lm(model_bytes, keras_model, token_ids):
     lengths = np.full(len(ids), half, np.int32)
     options = generation.sampling_options(new)
     tflm = tflm_generation(model_bytes, prompts, lengths, options)
-    report.arena_bytes = smallest_arena(model_bytes)
+    arena = measure_arena(model_bytes)
+    report.arena_bytes, report.arena_bytes_32bit = arena.bytes, arena.bytes_32bit
     reference = generate_tflite(model_bytes, prompts, new, runtime="litert")
     report.greedy_agreement = float(np.mean(tflm[:, half:] == reference[:, half:]))
     return report

@@ -9,7 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "lm.h"         // g_model; G_MODEL_OPS, G_MODEL_ARENA_BYTES
+#include "lm.h"         // g_model; G_MODEL_OPS, G_MODEL_ARENA_BYTES(_32BIT)
 #include "lm_decode.h"  // the contract: inputs, outputs, cache feeds
 #include "tensorflow/lite/micro/micro_interpreter.h"
 #include "tensorflow/lite/micro/micro_log.h"
@@ -30,7 +30,11 @@ namespace {
 void WriteLog(const char* text) { std::fputs(text, stdout); }
 #endif
 
-alignas(16) uint8_t arena[G_MODEL_ARENA_BYTES];
+// The arena for this target's pointers: a 32-bit part (a Cortex-M) needs
+// less than the 64-bit host the header's first figure was measured on.
+constexpr int kArenaBytes =
+    sizeof(void*) == 4 ? G_MODEL_ARENA_BYTES_32BIT : G_MODEL_ARENA_BYTES;
+alignas(16) uint8_t arena[kArenaBytes];
 int8_t caches[G_MODEL_CACHE_BYTES];  // the state between steps
 
 // The interpreter, made once: the model's schema checked, its ops registered
@@ -47,10 +51,9 @@ tflite::MicroInterpreter* MakeInterpreter() {
   if (ops.add() != kTfLiteOk) return nullptr;
   G_MODEL_OPS(REGISTER_OP)
 #undef REGISTER_OP
-  static tflite::MicroInterpreter interpreter(model, ops, arena,
-                                              G_MODEL_ARENA_BYTES);
+  static tflite::MicroInterpreter interpreter(model, ops, arena, kArenaBytes);
   if (interpreter.AllocateTensors() != kTfLiteOk) {
-    MicroPrintf("AllocateTensors failed (arena %d bytes).", G_MODEL_ARENA_BYTES);
+    MicroPrintf("AllocateTensors failed (arena %d bytes).", kArenaBytes);
     return nullptr;
   }
   return &interpreter;

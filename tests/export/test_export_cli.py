@@ -263,11 +263,16 @@ def test_a_causal_lm_exports_for_microcontrollers(saved_lm, tmp_path, capsys):
     assert contract.cache_length == 12
     assert contract.table() in printed
     header = (tmp_path / "lm_decode.h").read_text()
-    arena = re.search(r"TFLM arena\s*\| (\d+) bytes", printed).group(1)
-    assert int(arena) == contract.arena_bytes  # the smallest that runs
-    assert header == contract.c_header("g_model", arena_bytes=int(arena))
+    host, part = (
+        int(re.search(rf"TFLM arena, {bits}\s*\| (\d+) bytes", printed).group(1))
+        for bits in ("64-bit host", "32-bit part")
+    )
+    assert (host, part) == (contract.arena.bytes, contract.arena.bytes_32bit)
+    assert part < host  # both reported, the 32-bit part's smaller
+    assert header == contract.c_header("g_model", arena_bytes=contract.arena)
     declarations = (tmp_path / "lm.h").read_text()
-    assert f"#define G_MODEL_ARENA_BYTES {arena}\n" in declarations
+    assert f"#define G_MODEL_ARENA_BYTES {host}\n" in declarations
+    assert f"#define G_MODEL_ARENA_BYTES_32BIT {part}\n" in declarations
     assert (tmp_path / "lm.cc").exists()
 
 

@@ -22,7 +22,14 @@ from tflite_export import (
     verify_causal_lm,
     write_c_array,
 )
-from tflite_export.firmware import TFLM_OPS, resolver_method, smallest_arena
+from tflite_export.c_array import c_header
+from tflite_export.firmware import (
+    TFLM_OPS,
+    measure_arena,
+    model_ops,
+    resolver_method,
+    smallest_arena,
+)
 
 pytest.importorskip("ai_edge_litert", reason="needs ai-edge-litert (LiteRT)")
 
@@ -135,6 +142,35 @@ def test_the_header_arena_is_the_smallest_that_runs_and_above_the_reported_use(
 
 
 @pytest.mark.slow
+def test_the_32bit_arena_is_the_hosts_less_half_of_each_recorded_pointer_struct(
+    exports,
+):
+    """A 32-bit part's figure: the host's less what 4-byte pointers save on
+    the structs TFLM records, one TfLiteEvalTensor per tensor (24 -> 12
+    bytes), one node per operator (64 -> 32) and one TfLiteTensor per input
+    and output (64 -> 32); both figures in both headers."""
+    pytest.importorskip("tflite_micro", reason="needs tflite-micro (TFLM)")
+    from ai_edge_litert.interpreter import Interpreter
+
+    model_bytes = exports["t5"]
+    graph = Interpreter(model_content=model_bytes)
+    tensors = len(graph.get_tensor_details())
+    ports = len(graph.get_input_details()) + len(graph.get_output_details())
+    operators = len(graph._get_ops_details())
+    arena = measure_arena(model_bytes)
+    assert arena.bytes == smallest_arena(model_bytes)
+    assert arena.bytes_32bit == arena.bytes - 12 * tensors - 32 * (operators + ports)
+    for header in (
+        device_contract(model_bytes).c_header("g_model"),
+        c_header("g_model", model_ops(model_bytes), arena),
+    ):
+        assert f"#define G_MODEL_ARENA_BYTES {arena.bytes}\n" in header
+        assert f"#define G_MODEL_ARENA_BYTES_32BIT {arena.bytes_32bit}\n" in header
+    given = c_header("g_model", model_ops(model_bytes), 5000)  # one figure given
+    assert "#define G_MODEL_ARENA_BYTES_32BIT 5000\n" in given
+
+
+@pytest.mark.slow
 def test_every_header_lists_exactly_the_models_ops(exports, tmp_path):
     for model_bytes in exports.values():
         contract = device_contract(model_bytes)
@@ -164,10 +200,26 @@ def record_tflm(model_bytes, prompt, new_tokens, path):
     return tokens[len(prompt) :]
 
 
+def docs_build_line(compiler, tflm):
+    """The guide's host build line (`docs/lm_on_device.md`) as words, its
+    TFLM checkout at `tflm` and `compiler` for g++, without the library
+    (the stand-in's `replay.cc` takes its place)."""
+    doc = (ROOT / "docs" / "lm_on_device.md").read_text()
+    block = re.search(r"```sh\n# The host.*?```", doc, re.S).group(0)
+    line = re.search(r"^g\+\+ .*?[^\\]$", block, re.S | re.M).group(0)
+    words = line.replace("\\\n", " ").split()
+    assert words[-2:] == ["-o", "lm"] and words[-3].endswith(".a"), words
+    values = {"$TFLM": str(tflm), "$DOWNLOADS": str(tflm / "downloads")}
+    for name, value in values.items():
+        words = [word.replace(name, value) for word in words]
+    return [compiler] + words[1:-3] + words[-2:]
+
+
 def build_loop(model_bytes, folder, defines=()):
-    """The docs' loop file, the CLI's three files and the stand-in, built with
-    g++ -Werror and `defines` in `folder`; the replay recorded for prompt
-    `[4, 7, 1]`. Returns `(command line to run, the tokens TFLM gave)`."""
+    """The docs' loop file, the CLI's three files and the stand-in, built
+    with the guide's host build line (warnings as errors for our files) and
+    `defines` in `folder`; the replay recorded for prompt `[4, 7, 1]`.
+    Returns `(command line to run, the tokens TFLM gave)`."""
     compiler = shutil.which("g++")
     if compiler is None:
         pytest.skip("needs a C++ compiler (g++)")
@@ -175,10 +227,8 @@ def build_loop(model_bytes, folder, defines=()):
     write_c_array(model_bytes, folder / "lm.cc")
     (folder / "lm_decode.h").write_text(contract.c_header("g_model"))
     shutil.copy(LOOP, folder / "lm_main.cc")
-    command = [compiler, "-std=c++17", "-Wall", "-Wextra", "-Werror", f"-I{REPLAY}"]
-    command += [f"-D{define}" for define in defines]
-    command += ["-I.", "lm_main.cc", "lm.cc", str(REPLAY / "replay.cc"), "-o", "lm"]
-    subprocess.run(command, cwd=folder, check=True)
+    command = docs_build_line(compiler, REPLAY) + [f"-D{d}" for d in defines]
+    subprocess.run(command + [str(REPLAY / "replay.cc")], cwd=folder, check=True)
     prompt = [4, 7, 1]
     slots = contract.cache_length
     new = 2 * slots if contract.streams else slots - len(prompt)
@@ -243,6 +293,23 @@ def test_a_board_build_prints_through_the_debug_log_callback(exports, tmp_path):
     lines = run_loop(command, board)
     assert printed_tokens(lines) == want
     assert f"generated {len(want)} tokens; a second run gave the same" in lines
+
+
+@pytest.mark.parametrize("compiler", ["gcc", "arm-none-eabi-gcc"])
+def test_the_qemu_boards_reset_words_compile_without_a_warning(tmp_path, compiler):
+    """`examples/firmware/mps2_vectors.c`, which the guide's Cortex-M4 line
+    links, as C99 with warnings as errors (on the host's gcc when no ARM
+    toolchain is installed)."""
+    if shutil.which(compiler) is None:
+        pytest.skip(f"needs {compiler}")
+    source = ROOT / "examples" / "firmware" / "mps2_vectors.c"
+    flags = ["-mcpu=cortex-m4+nofp", "-mthumb"] if compiler.startswith("arm") else []
+    command = [compiler, "-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic"]
+    subprocess.run(
+        command + flags + ["-c", str(source), "-o", str(tmp_path / "v.o")], check=True
+    )
+    doc = (ROOT / "docs" / "lm_on_device.md").read_text()
+    assert "examples/firmware/mps2_vectors.c -o mps2_vectors.o" in doc
 
 
 def test_the_docs_show_the_loop_file_verbatim():
@@ -419,6 +486,7 @@ def test_both_headers_of_a_model_build_together_with_the_larger_arena(
     (tmp_path / "both.cc").write_text(
         f'#include "{first}"\n#include "{second}"\n'
         'static_assert(G_MODEL_ARENA_BYTES == 3000, "the larger arena");\n'
+        'static_assert(G_MODEL_ARENA_BYTES_32BIT == 3000, "the larger, 32-bit");\n'
         "int main() { return G_MODEL_NUM_OPS > 0 ? 0 : 1; }\n"
     )
     command = [compiler, "-std=c++17", "-Wall", "-Wextra", "-Werror", "-c"]

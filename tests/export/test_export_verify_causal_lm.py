@@ -44,6 +44,7 @@ def test_float32_litert_reads_the_text_as_keras_does(float32_export):
     assert report.bits_per_token_litert == pytest.approx(want, abs=1e-4)
     assert report.size_bytes == len(model_bytes) and report.cache_length == 12
     assert report.arena_bytes is None and report.greedy_agreement is None  # LiteRT
+    assert report.arena is None and report.arena_bytes_32bit is None
     assert "bits per token, LiteRT" in report.table()
 
 
@@ -54,6 +55,8 @@ def test_an_int8_tflm_export_reports_its_arena_and_agreement():
     report = verify_causal_lm(model_bytes, model, tokens)
     assert report.signatures == ["decode"]
     assert report.arena_bytes > 1000
+    assert 0.6 * report.arena_bytes < report.arena_bytes_32bit < report.arena_bytes
+    assert "| TFLM arena, 32-bit part " in report.table()
     assert 0.0 <= report.greedy_agreement <= 1.0
     # int8 reads the text close to float: within 5% of Keras' bits per token.
     assert report.bits_per_token_litert == pytest.approx(
