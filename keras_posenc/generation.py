@@ -116,6 +116,8 @@ class Sampling:
     def __post_init__(self):
         if not isinstance(self.sampler, samplers.Sampler):
             _checks.choice("sampler", self.sampler, SAMPLERS)
+        else:
+            self._check_sampler_owns_its_settings()
         seed = self.seed
         if seed is not None:
             seed = _checks.positive_int("seed", seed, minimum=0)
@@ -129,6 +131,22 @@ class Sampling:
         )
         for name, value in checked.items():
             object.__setattr__(self, name, value)
+
+    def _check_sampler_owns_its_settings(self):
+        """A `Sampler` object carries its own temperature, k and p: the
+        fields that would be ignored must keep their defaults."""
+        for field in dataclasses.fields(self):
+            if field.name not in OWN_SETTINGS:
+                continue
+            value = getattr(self, field.name)
+            if value != field.default:
+                _checks.fail(
+                    field.name,
+                    f"left at its default ({field.default}) with a Sampler "
+                    f"object: {type(self.sampler).__name__} chooses with its own",
+                    value,
+                    fix="Set it on the sampler, or pass the sampler's name",
+                )
 
     def options(self, max_new_tokens):
         """The plain dict `generate_tokens` and the interpreters' loops read:
@@ -179,6 +197,8 @@ class Streaming:
         return self.sink_tokens + self.cache_window
 
 
+#: The `Sampling` fields a `Sampler` object carries itself.
+OWN_SETTINGS = ("temperature", "top_k", "top_p")
 #: The keywords `Sampling` replaces, still taken by every entry point.
 SAMPLING_KEYWORDS = tuple(field.name for field in dataclasses.fields(Sampling))
 #: The keywords `Streaming` replaces.
@@ -203,6 +223,13 @@ def sampling_from(sampling=None, **keywords):
             )
         return sampling
     if sampling is not None:
+        if not isinstance(sampling, (str, samplers.Sampler)):
+            _checks.fail(
+                "sampling",
+                "None, a Sampling, a sampler name or a Sampler",
+                f"a {type(sampling).__name__}: {sampling!r}",
+                error=TypeError,
+            )
         if "sampler" in keywords:
             _checks.fail("sampler", "given once", f"{sampling!r} and {keywords}")
         keywords["sampler"] = sampling
@@ -213,9 +240,19 @@ def streaming_from(streaming=None, cache_window=None, sink_tokens=None):
     """The `Streaming` (or None) of an entry point's `streaming` and old keywords.
 
     `streaming` is None, a `Streaming` or an int (the cache window, as the
-    old `cache_window` argument in its place); `sink_tokens` alone, without a
-    window, reads nothing (the old keywords' rule).
+    old `cache_window` argument in its place); `sink_tokens` without a
+    window is refused (it would do nothing).
     """
+    integer = isinstance(streaming, numbers.Integral) and not isinstance(
+        streaming, bool
+    )
+    if streaming is not None and not (integer or isinstance(streaming, Streaming)):
+        _checks.fail(
+            "streaming",
+            "None, a Streaming or an int (the cache window)",
+            f"a {type(streaming).__name__}: {streaming!r}",
+            error=TypeError,
+        )
     if isinstance(streaming, Streaming):
         if cache_window is not None or sink_tokens is not None:
             _checks.fail(
@@ -231,6 +268,13 @@ def streaming_from(streaming=None, cache_window=None, sink_tokens=None):
     if sink_tokens is not None:
         _checks.positive_int("sink_tokens", sink_tokens, minimum=0)
     if cache_window is None:
+        if sink_tokens is not None:
+            _checks.fail(
+                "sink_tokens",
+                "None without a cache window (alone it does nothing)",
+                sink_tokens,
+                fix="Pass streaming=Streaming(cache_window, sink_tokens)",
+            )
         return None
     return Streaming(cache_window, 4 if sink_tokens is None else sink_tokens)
 

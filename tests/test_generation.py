@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pytest
 
-from keras_posenc import generation
+from keras_posenc import generation, samplers
 
 
 def uniform_steps(vocab=7, seen=None):
@@ -174,6 +174,36 @@ def test_sampling_is_checked_once_and_is_the_keywords_it_replaces():
 def test_bad_options_are_refused_naming_the_field(make, error, match):
     with pytest.raises(error, match=match):
         make()
+
+
+@pytest.mark.parametrize("field, value", [("top_k", 7), ("temperature", 0.5)])
+def test_a_sampler_objects_own_settings_are_not_given_twice(field, value):
+    """`Sampling(TopKSampler(k=2), top_k=7)` ignored the 7: refused by name."""
+    sampler = samplers.TopKSampler(k=2)
+    with pytest.raises(ValueError, match=f"`{field}` must be left at its default"):
+        generation.Sampling(sampler, **{field: value})
+    assert generation.Sampling(sampler).sampler is sampler  # defaults: accepted
+
+
+@pytest.mark.parametrize(
+    "make, argument",
+    [
+        (lambda: generation.sampling_from({"sampler": "top_k"}), "sampling"),
+        (lambda: generation.streaming_from({"cache_window": 8}), "streaming"),
+        (lambda: generation.streaming_from(True), "streaming"),
+    ],
+)
+def test_a_dict_for_an_options_object_is_refused_naming_the_argument(make, argument):
+    """The error named `sampler` or `cache_window`, not what the user passed."""
+    with pytest.raises(TypeError, match=f"`{argument}` must be None, a "):
+        make()
+
+
+def test_sink_tokens_without_a_window_are_refused():
+    """Alone, `sink_tokens` did nothing in `generate` and `score`."""
+    with pytest.raises(ValueError, match="`sink_tokens` must be None without a"):
+        generation.streaming_from(None, sink_tokens=4)
+    assert generation.streaming_from(None, 8, sink_tokens=0).slots == 8
 
 
 def test_options_objects_are_frozen_and_streaming_counts_its_slots():

@@ -16,7 +16,7 @@ from tflite_export.convert import (
     microcontroller_blockers,
     static_model,
 )
-from tflite_export.firmware import smallest_arena
+from tflite_export.firmware import Arena, measure_arena, smallest_arena
 from tflite_export.generate import generate_tflite
 from tflite_export.litert_lm import LITERT_LM_MODES, convert_litert_lm
 from tflite_export.qat import QuantizationError, quantize_aware, quantize_scope
@@ -27,6 +27,7 @@ __all__ = [
     "DeviceContract",
     "MODES",
     "ExportError",
+    "Arena",
     "LITERT_LM_MODES",
     "LMReport",
     "QuantizationError",
@@ -40,6 +41,7 @@ __all__ = [
     "device_contract",
     "generate_tflite",
     "integer_blockers",
+    "measure_arena",
     "microcontroller_blockers",
     "quantize",
     "quantize_aware",

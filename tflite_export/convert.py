@@ -494,6 +494,11 @@ def run_converter(converter, mode):
             warnings.filterwarnings(
                 "ignore", "Statistics for quantized inputs were expected"
             )
+            # The converter calibrates in TensorFlow's own interpreter, whose
+            # deprecation warning is TensorFlow's (the package runs LiteRT's).
+            warnings.filterwarnings(
+                "ignore", r"\s*Warning: tf.lite.Interpreter is deprecated"
+            )
             return converter.convert()
     except Exception as error:  # the converter raises many private types
         message = f"TFLite conversion failed in mode={mode!r}: {error}"

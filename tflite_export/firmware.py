@@ -107,7 +107,8 @@ class Arena:
     needs more than `arena_used_bytes` reports). `bytes_32bit` is that less
     what 4-byte pointers save on the tensors and nodes TFLM recorded in it
     (`POINTER_SAVINGS_32BIT`): the figure for a Cortex-M or another 32-bit
-    part, where the host's is 20-30% too large.
+    part, where the host's is 27-40% above the smallest that runs (8-16% for
+    this one: `docs/lm_on_device.md`).
     """
 
     bytes: int
@@ -298,7 +299,9 @@ def header_macros(prefix, ops, arena):
     `arena` is an `Arena`, or a positive int given for both figures.
     """
     methods = [resolver_method(op) for op in ops]
-    if not isinstance(arena, Arena):
+    if isinstance(arena, Arena):
+        arena = Arena(*map(check_arena_bytes, (arena.bytes, arena.bytes_32bit)))
+    else:
         arena = Arena(*[check_arena_bytes(arena)] * 2)
     if arena.bytes == arena.bytes_32bit:
         about = ["// The TFLM arena (given), on every target."]

@@ -26,6 +26,7 @@ class Report:
     tflm_error: str = None
     arena_bytes: int = None
     arena_bytes_32bit: int = None
+    output_range: float = None
     max_error: float = None
     tflm_max_error: float = None
     tflm_vs_litert: float = None
@@ -41,6 +42,7 @@ class Report:
         return Arena(self.arena_bytes, self.arena_bytes_32bit)
 
     def table(self):
+        """A titled two-column table; each error beside its yardsticks."""
         rows = [
             ("ops", ", ".join(self.ops)),
             ("input / output dtype", f"{self.input_dtype} / {self.output_dtype}"),
@@ -50,15 +52,28 @@ class Report:
             ("TFLM missing ops", ", ".join(self.tflm_missing_ops) or "none"),
             ("TFLM arena, 64-bit host", _maybe(self.arena_bytes, "{} bytes")),
             ("TFLM arena, 32-bit part", _maybe(self.arena_bytes_32bit, "{} bytes")),
-            ("max |LiteRT - Keras|", _maybe(self.max_error, "{:.4f}")),
-            ("max |TFLM - Keras|", _maybe(self.tflm_max_error, "{:.4f}")),
-            ("max |TFLM - LiteRT|", _maybe(self.tflm_vs_litert, "{:.4f}")),
+            ("largest error, LiteRT vs Keras", self._error(self.max_error)),
+            ("largest error, TFLM vs Keras", self._error(self.tflm_max_error)),
+            ("largest gap, TFLM vs LiteRT", self._error(self.tflm_vs_litert)),
             ("accuracy Keras", _maybe(self.accuracy_keras, "{:.4f}")),
             ("accuracy LiteRT", _maybe(self.accuracy_litert, "{:.4f}")),
             ("accuracy TFLM", _maybe(self.accuracy_tflm, "{:.4f}")),
         ]
-        width = max(len(name) for name, _ in rows)
-        return "\n".join(f"| {name:<{width}} | {value} |" for name, value in rows)
+        title = "The exported model in LiteRT and in TFLM (tflite_export.verify)"
+        return titled_table(title, rows)
+
+    def _error(self, error):
+        """`error` (output units) in the output's quantization steps and as
+        a share of the outputs' range."""
+        if error is None:
+            return "n/a"
+        scales = []
+        if self.output_scale:
+            scales.append(f"{error / self.output_scale:.1f} {self.output_dtype} steps")
+        if self.output_range:
+            share = 100 * error / self.output_range
+            scales.append(f"{share:.1f}% of the outputs' range {self.output_range:.4g}")
+        return f"{error:.4f}" + (f" ({'; '.join(scales)})" if scales else "")
 
 
 def verify(model_bytes, keras_model=None, x=None, y=None):
@@ -118,6 +133,7 @@ def verify(model_bytes, keras_model=None, x=None, y=None):
         arena_bytes=tflm_info["arena_bytes"],
         arena_bytes_32bit=tflm_info["arena_bytes_32bit"],
     )
+    report.output_range = max(float(np.ptp(output)) for output in litert)
     tflm = None
     if tflm_raw is not None:
         tflm = [dequantize(raw, out) for raw, out in zip(tflm_raw, outs)]
@@ -230,6 +246,14 @@ def dequantize(values, detail):
 
 def _accuracy(outputs, labels):
     return float(np.mean(np.argmax(outputs, axis=-1) == labels))
+
+
+def titled_table(title, rows):
+    """`title` over a markdown table of `(what, value)` rows, headed."""
+    width = max(len(name) for name, _ in rows)
+    lines = [title, f"| {'what':<{width}} | value |", f"| {'---':<{width}} | --- |"]
+    lines += [f"| {name:<{width}} | {value} |" for name, value in rows]
+    return "\n".join(lines)
 
 
 def _maybe(value, template):

@@ -9,6 +9,7 @@ from keras_posenc.models import CausalLM
 from tflite_export.contract import device_contract
 from tflite_export.firmware import Arena, measure_arena
 from tflite_export.generate import Decoder, generate_tflite, tflm_generation
+from tflite_export.verify import titled_table
 
 
 @dataclasses.dataclass
@@ -31,6 +32,13 @@ class LMReport:
             return None
         return Arena(self.arena_bytes, self.arena_bytes_32bit)
 
+    def _litert_bits(self):
+        """The export's bits per token, and how far from Keras' they are."""
+        litert, keras = self.bits_per_token_litert, self.bits_per_token_keras
+        if not keras:
+            return f"{litert:.4f}"
+        return f"{litert:.4f} ({100 * (litert / keras - 1):+.2f}% over Keras)"
+
     def table(self):
         rows = [
             ("flash (the .tflite)", f"{self.size_bytes} bytes"),
@@ -39,11 +47,11 @@ class LMReport:
             ("TFLM arena, 64-bit host", _maybe(self.arena_bytes, "{} bytes")),
             ("TFLM arena, 32-bit part", _maybe(self.arena_bytes_32bit, "{} bytes")),
             ("bits per token, Keras", f"{self.bits_per_token_keras:.4f}"),
-            ("bits per token, LiteRT", f"{self.bits_per_token_litert:.4f}"),
+            ("bits per token, LiteRT", self._litert_bits()),
             ("TFLM greedy tokens = LiteRT's", _maybe(self.greedy_agreement, "{:.2f}")),
         ]
-        width = max(len(name) for name, _ in rows)
-        return "\n".join(f"| {name:<{width}} | {value} |" for name, value in rows)
+        title = "The causal LM export: its cost, and how it reads the text"
+        return titled_table(title + " (tflite_export.verify_causal_lm)", rows)
 
 
 def verify_causal_lm(model_bytes, keras_model, token_ids):

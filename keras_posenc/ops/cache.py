@@ -361,10 +361,10 @@ def pick_rolling_logits(logits, slot, sink_tokens):
     """
     shape = tf.shape(logits)
     length, slots = dim(logits, 2) // 3, logits.shape[-1]
-    t, j = np.indices((length, slots))  # (T, S) each
+    t, j = np.indices((length, slots), dtype=np.int32)  # (T, S) each
     # The flat index of row (choice * T + t), column j, where choice is
     # window * (1 + later): `later` (j > c) adds one block of T rows.
-    step = (j >= sink_tokens) * length * slots
+    step = (j >= sink_tokens).astype(np.int32) * length * slots
     later = tf.minimum(tf.maximum((j - t) - tf.cast(slot, tf.int32), 0), 1)
     rows = (t * slots + j + step) + step * later  # (T, S) int32
     flat = tf.reshape(logits, [shape[0], shape[1], 3 * length * slots])

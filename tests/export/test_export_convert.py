@@ -148,6 +148,22 @@ def test_float_features_get_int8_inputs_and_16x8_runs_in_tflm():
         assert report.tflm_ok, report.tflm_error
 
 
+def test_a_calibrated_conversion_passes_on_no_warning_of_tensorflows_interpreter():
+    """The converter calibrates in `tf.lite.Interpreter`, which warns that it
+    is deprecated: TensorFlow's matter, not the user's (the package runs
+    LiteRT's interpreter), so the export keeps it to itself."""
+    import warnings
+
+    tf.keras.utils.set_random_seed(0)
+    options = dict(hidden_dim=8, num_layers=1, num_heads=2, max_length=8)
+    model = models.build_causal_lm(11, position="alibi", **options)
+    ids = np.random.default_rng(0).integers(1, 11, (2, 8))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        tflite_export.convert_causal_lm(model, ids, max_length=8, target="tflm")
+    assert not [w for w in caught if "Interpreter is deprecated" in str(w.message)]
+
+
 if IS_KERAS_3:  # file sizes: the same TensorFlow ops in either mode
 
     @pytest.mark.slow

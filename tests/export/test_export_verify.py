@@ -117,3 +117,42 @@ def test_causal_lm_bytes_are_refused_with_the_door_that_runs_them():
     )
     with pytest.raises(ValueError, match="generate_tflite"):
         tflite_export.verify(model_bytes)
+
+
+def test_the_reports_are_titled_headed_tables_with_errors_beside_their_scales():
+    """An error in output units alone says nothing: in int8 steps (error /
+    scale) and as a share of the outputs' range beside it; a title, a head
+    row, and two cells a line (no `|` inside a cell)."""
+    from tflite_export import LMReport, Report
+
+    report = Report(
+        ops=["ADD"],
+        input_dtype="int8",
+        output_dtype="int8",
+        size_bytes=10,
+        output_scale=0.5,
+        tflm_ok=True,
+        tflm_missing_ops=[],
+        output_range=4.0,
+        max_error=1.0,
+    )
+    lm = LMReport(
+        10, ["decode"], 8, bits_per_token_keras=2.0, bits_per_token_litert=2.02
+    )
+    for table, title in (
+        (report.table(), "The exported model"),
+        (lm.table(), "The causal LM"),
+    ):
+        lines = table.splitlines()
+        assert lines[0].startswith(title)
+        assert [cell.strip() for cell in lines[1].split("|")] == [
+            "",
+            "what",
+            "value",
+            "",
+        ]
+        assert all(line.count("|") == 3 for line in lines[1:]), table
+    assert (
+        "| 1.0000 (2.0 int8 steps; 25.0% of the outputs' range 4) |" in report.table()
+    )
+    assert "| 2.0200 (+1.00% over Keras) |" in lm.table()

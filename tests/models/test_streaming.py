@@ -194,6 +194,15 @@ def test_bad_scoring_inputs_are_refused(token_ids, match):
         small("t5", num_layers=1).score(np.ones((1, 4), "int32"), sink_tokens=-1)
 
 
+def test_sink_tokens_without_a_window_are_refused_by_generate_and_score():
+    model = small("t5", num_layers=1)
+    tokens = np.ones((1, 4), "int32")
+    with pytest.raises(ValueError, match="`sink_tokens` must be None without"):
+        model.score(tokens, sink_tokens=2)
+    with pytest.raises(ValueError, match="`sink_tokens` must be None without"):
+        model.generate(tokens, 2, sink_tokens=2)
+
+
 def test_the_attention_checks_its_rolling_arguments():
     layer = RelativeMultiHeadAttention(2, 4)
     x = tf.zeros((1, 1, 8))
