@@ -9,9 +9,13 @@ export TF_CPP_MIN_LOG_LEVEL ?= 3
 .PHONY: install demo check test test-keras3 test-keras2 lint format bench bench-quick clean
 
 $(STAMP): setup.cfg pyproject.toml
+	@echo "[1/3] creating $(VENV) with $(PYTHON)"
 	$(PYTHON) -m venv $(VENV)
+	@echo "[2/3] upgrading pip"
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[all,dev,bench]'
+	@echo "[3/3] installing keras_posenc with TensorFlow, LiteRT, TFLM and the test tools (about 2 minutes on a fresh machine; pip lists each package it installs)"
+	bash -o pipefail -c "$(PY) -m pip install --progress-bar off -e '.[all,dev,bench]' \
+		| sed -u -n -E '/^(Collecting|Successfully installed)/p'"
 	touch $(STAMP)
 
 install: $(STAMP)
