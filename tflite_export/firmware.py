@@ -114,6 +114,11 @@ class Arena:
     bytes: int
     bytes_32bit: int
 
+    @classmethod
+    def of(cls, host_bytes, bytes_32bit):
+        """The `Arena` of a report's two figures, or None without them."""
+        return None if host_bytes is None else cls(host_bytes, bytes_32bit)
+
 
 def bytes_32bit(host_bytes, allocations):
     """`host_bytes` less the 32-bit savings of TFLM's `print_allocations` text."""

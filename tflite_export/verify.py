@@ -37,9 +37,7 @@ class Report:
     @property
     def arena(self):
         """The `firmware.Arena` of both figures (None when TFLM did not run)."""
-        if self.arena_bytes is None:
-            return None
-        return Arena(self.arena_bytes, self.arena_bytes_32bit)
+        return Arena.of(self.arena_bytes, self.arena_bytes_32bit)
 
     def table(self):
         """A titled two-column table; each error beside its yardsticks."""

@@ -28,9 +28,7 @@ class LMReport:
     @property
     def arena(self):
         """The `firmware.Arena` of both figures (None before TFLM ran)."""
-        if self.arena_bytes is None:
-            return None
-        return Arena(self.arena_bytes, self.arena_bytes_32bit)
+        return Arena.of(self.arena_bytes, self.arena_bytes_32bit)
 
     def _litert_bits(self):
         """The export's bits per token, and how far from Keras' they are."""
