@@ -29,6 +29,7 @@ CONTENT_METHODS = (
     "fire",
     "fox",
     "cope",
+    "dape",
 )
 #: Seeds of `run_content` (one with --quick).
 SEEDS = (0, 1, 2)

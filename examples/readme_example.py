@@ -1,10 +1,8 @@
 """The README's first example: train short, test long, export int8."""
 
-from keras_posenc import utils  # noqa: F401, I001 (first: TF's start-up lines off)
+import keras_posenc  # first: TensorFlow starts without its log lines
 import numpy as np
 import tensorflow as tf
-
-import keras_posenc
 import tflite_export
 
 keras = tf.keras

@@ -8,8 +8,11 @@ drivers" (twice: two libraries load). None is an error, and
 (before TensorFlow) imports TensorFlow with the process' standard error
 pointed at /dev/null, then restores it (a Python exception raised by the
 import still shows), with `TF_CPP_MIN_LOG_LEVEL=3` unless set (later C++
-notices, "failed call to cuInit" on a machine without a GPU). Set
-`KERAS_POSENC_VERBOSE=1` to keep them all.
+notices, "failed call to cuInit" on a machine without a GPU). When the
+user imported TensorFlow first, its start-up lines are printed already (they
+cannot be taken back), but the first device query, which logs "failed call
+to cuInit" as an error on a machine without a GPU, still runs here with
+standard error on /dev/null. Set `KERAS_POSENC_VERBOSE=1` to keep them all.
 """
 
 import contextlib
@@ -42,13 +45,22 @@ def silenced_stderr():
         os.close(saved)
 
 
+def verbose():
+    """Whether the user asked to see every log line (`KERAS_POSENC_VERBOSE=1`)."""
+    return os.environ.get(VERBOSE_VARIABLE) == "1"
+
+
 def import_tensorflow_quietly():
-    """Imports TensorFlow without its start-up lines (once, if not yet)."""
-    if "tensorflow" in sys.modules or os.environ.get(VERBOSE_VARIABLE) == "1":
+    """Imports TensorFlow without its start-up lines (once, if not yet), and
+    queries the devices quietly (the "failed call to cuInit" line)."""
+    if verbose():
         return
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # later C++ notices too
+    if "tensorflow" not in sys.modules:
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # later C++ notices too
     with silenced_stderr():
-        import tensorflow  # noqa: F401
+        import tensorflow
+
+        tensorflow.config.list_physical_devices()
 
 
 import_tensorflow_quietly()

@@ -7,10 +7,11 @@ package's private modules.
 import collections.abc
 
 from keras_posenc._compat import REGISTERED, keras
+from keras_posenc._startup import verbose
 from keras_posenc.layers import _rope_checks
 from keras_posenc.layers.rotary_embedding import RotaryEmbedding
 
-__all__ = ["keras", "nested_layers", "package_classes", "set_rope_scaling"]
+__all__ = ["keras", "nested_layers", "package_classes", "set_rope_scaling", "verbose"]
 
 #: The Keras `tf.keras` resolves to (Keras 3, or tf_keras 2 with
 #: `TF_USE_LEGACY_KERAS=1`): the one alias, defined in `keras_posenc._compat`.

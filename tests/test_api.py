@@ -107,6 +107,7 @@ def _example_instance(cls):
         "vocab_size": 10,
         "output_dim": 4,
         "units": 4,
+        "static_bias": keras_posenc.KerpleBias(2),
     }
     params = inspect.signature(cls.__init__).parameters
     kwargs = {

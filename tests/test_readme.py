@@ -47,18 +47,35 @@ def test_the_first_example_is_the_example_script():
     assert python_blocks()["## First example"].strip() in script
 
 
+#: Printed to standard error after TensorFlow's own import, before the snippet.
+AFTER_TENSORFLOW = "--- TensorFlow imported first ---"
+
+
 @pytest.mark.slow
 def test_the_first_example_prints_what_the_readme_shows(tmp_path):
+    """Run as a user who imported TensorFlow before it: past TensorFlow's own
+    start-up lines (printed before the package could act), not one line of
+    standard error."""
     pytest.importorskip("tflite_micro", reason="needs tflite-micro (TFLM)")
+    script = ROOT / "examples" / "readme_example.py"
+    first = (
+        "import sys\nimport tensorflow\n"
+        f"print({AFTER_TENSORFLOW!r}, file=sys.stderr, flush=True)\n"
+        f"exec(compile(open({str(script)!r}).read(), {str(script)!r}, 'exec'))"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TF_CPP")}
     result = subprocess.run(
-        [sys.executable, str(ROOT / "examples" / "readme_example.py")],
+        [sys.executable, "-c", first],
         capture_output=True,
         text=True,
-        env=dict(os.environ),
+        env=env,
         cwd=tmp_path,
         timeout=600,
     )
     assert result.returncode == 0, result.stderr[-3000:]
+    before, after = result.stderr.split(AFTER_TENSORFLOW + "\n")
+    assert before.count("\n") >= 1  # TensorFlow's start-up lines, already out
+    assert after.splitlines() == [], after
     printed = result.stdout.strip().splitlines()[-4:]
     section = README.split("## First example", 1)[1]
     shown = section.split("It prints", 1)[1].split("```\n", 2)[1].strip().splitlines()

@@ -3,6 +3,8 @@
 import contextlib
 import io
 import logging
+import os
+import sys
 import tempfile
 import warnings
 
@@ -323,7 +325,8 @@ def frozen(function):
     """Concrete `function` with its variables as constants, its inputs and
     output names kept (a converter then reads no variable, and folds the
     fake quantizers' ranges)."""
-    constant = convert_variables_to_constants_v2(function)
+    with _captured_stderr(io.StringIO()):  # grappler's notes, not errors
+        constant = convert_variables_to_constants_v2(function)
     args, kwargs = function.structured_input_signature
     names = sorted(function.structured_outputs)  # the flattening order of a dict
 
@@ -481,11 +484,18 @@ def microcontroller_blockers(model):
 
 
 def run_converter(converter, mode):
-    """`converter.convert()`, quietly; its failure an `ExportError` naming `mode`."""
-    try:  # the converter's prints kept off stdout
+    """`converter.convert()`, quietly; its failure an `ExportError` naming `mode`.
+
+    The converter's C++ log (~15 lines a conversion, printed whatever the
+    order of the user's imports) is captured, and shown only in the error of
+    a failed conversion (or always, with `KERAS_POSENC_VERBOSE=1`).
+    """
+    log = io.StringIO()
+    try:  # the converter's prints kept off stdout and standard error
         with (
             keras_posenc.ops.bounded_masking(),
             _quiet(),
+            _captured_stderr(log),
             reading_saved_signatures(),
             warnings.catch_warnings(),
         ):
@@ -502,11 +512,43 @@ def run_converter(converter, mode):
             return converter.convert()
     except Exception as error:  # the converter raises many private types
         message = f"TFLite conversion failed in mode={mode!r}: {error}"
+        if log.getvalue():
+            message += f"\nThe converter's log:\n{log.getvalue()}"
         raise ExportError(message) from error
 
 
 def _quiet():
     return contextlib.redirect_stdout(io.StringIO())
+
+
+@contextlib.contextmanager
+def _captured_stderr(log):
+    """The process' descriptor 2 into a temporary file inside the block, its
+    text written to `log` after (as it is with `KERAS_POSENC_VERBOSE=1`, or
+    where there is no descriptor 2)."""
+    try:
+        saved = None if keras_posenc.utils.verbose() else os.dup(2)
+    except OSError:
+        saved = None
+    if saved is None:
+        yield
+        return
+    _flush_stderr()
+    with tempfile.TemporaryFile("w+") as capture:
+        os.dup2(capture.fileno(), 2)
+        try:
+            yield
+        finally:
+            _flush_stderr()
+            os.dup2(saved, 2)
+            os.close(saved)
+            capture.seek(0)
+            log.write(capture.read())
+
+
+def _flush_stderr():
+    if sys.stderr is not None:
+        sys.stderr.flush()
 
 
 def _calibration(data):

@@ -32,7 +32,7 @@ import numpy as np
 from keras_posenc import DynamicPositionBias, FireBias
 from keras_posenc.models import CausalLM
 from keras_posenc.training.quantization import check_float32
-from keras_posenc.utils import keras, nested_layers
+from keras_posenc.utils import keras, nested_layers, verbose
 from tflite_export.c_array import atomic_write, check_targets
 from tflite_export.causal_lm import check_cache_length, check_calibration_ids
 from tflite_export.convert import (
@@ -366,4 +366,17 @@ def _builder():
         raise ImportError(
             f"convert_litert_lm needs litert-lm-builder: {EXTRA}"
         ) from error
+    quiet_engine()
     return litert_lm_builder
+
+
+def quiet_engine():
+    """The LiteRT-LM engine's C++ log at warnings and above (its INFO lines,
+    ~70 a run, are not the user's), unless `KERAS_POSENC_VERBOSE=1`; nothing
+    without the engine (`litert-lm-api`)."""
+    try:
+        import litert_lm
+    except ImportError:
+        return
+    if not verbose():
+        litert_lm.set_min_log_severity(litert_lm.LogSeverity.WARNING)

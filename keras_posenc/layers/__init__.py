@@ -6,6 +6,7 @@ from keras_posenc.layers.combined_position_input import (
     combined_attention_input,
 )
 from keras_posenc.layers.contextual_position import ContextualPosition
+from keras_posenc.layers.data_adaptive_bias import DataAdaptiveBias
 from keras_posenc.layers.dynamic_position_bias import DynamicPositionBias
 from keras_posenc.layers.fire_bias import FireBias
 from keras_posenc.layers.forgetting_gate import ForgettingGate
@@ -38,6 +39,7 @@ __all__ = [
     "ActivationRange",
     "CombinedPositionInput",
     "ContextualPosition",
+    "DataAdaptiveBias",
     "DynamicPositionBias",
     "FireBias",
     "ForgettingGate",

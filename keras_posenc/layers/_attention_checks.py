@@ -135,6 +135,7 @@ def check_arguments(overrides_attention, kwargs, arguments):
         overrides_attention,
     )
     attention_type, num_hashes, bucket_size, hash_seed = lsh
+    check_logit_reader(position_bias, quantize, attention_type, overrides_attention)
     if attention_type == "lsh":  # the hashing in force, written out
         given.update(
             num_hashes=num_hashes, bucket_size=bucket_size, hash_seed=hash_seed
@@ -146,6 +147,32 @@ def check_arguments(overrides_attention, kwargs, arguments):
     attention_options = {k: v for k, v in given.items() if v is not None} or None
     checked = locals()
     return {name: checked[name] for name in ARGUMENTS + OPTION_FIELDS}
+
+
+def check_logit_reader(position_bias, quantize, attention_type, overrides_attention):
+    """A producer that reads the logits (`DataAdaptiveBias`) needs the paths
+    where the layer meets its logits with the bias in `_weights`."""
+    if not getattr(position_bias, "reads_logits", False):
+        return
+    for refused, expectation in (
+        (quantize, "quantize=False (its MLP's int8 rounding is not modelled)"),
+        (
+            attention_type == "lsh",
+            "attention_type='dense' (LSH attention scores its chunks' pairs "
+            "head by head, never all heads of a pair together)",
+        ),
+        (
+            overrides_attention,
+            "a layer that keeps compute_attention (an override would skip "
+            "the MLP over the logits)",
+        ),
+    ):
+        if refused:
+            _checks.fail(
+                "position_bias",
+                f"a producer that does not read the logits with {expectation}",
+                f"{type(position_bias).__name__}",
+            )
 
 
 def check_key_value_heads(num_key_value_heads, num_heads, attention_type="dense"):
@@ -193,6 +220,15 @@ class AttentionChecks:
             )
         if self.attention_type == "lsh":
             self._check_lsh_call(query, key, call_arguments)
+        reads_logits = getattr(self.position_bias, "reads_logits", False)
+        if reads_logits and call_arguments["attention_bias"] is not None:
+            _checks.fail(
+                "attention_bias",
+                "None for an attention whose position_bias reads the logits "
+                f"({type(self.position_bias).__name__}: its MLP would read the "
+                "extra bias as position)",
+                "an attention_bias tensor",
+            )
         if call_arguments["cache"] is not None:
             self._check_cache(query, **call_arguments)
             return

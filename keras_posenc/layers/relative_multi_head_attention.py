@@ -502,6 +502,8 @@ class RelativeMultiHeadAttention(
         """
         r = rounder(self.rounding, training)
         logits = tf.cast(logits, tf.float32)
+        if getattr(self.position_bias, "reads_logits", False) and bias is not None:
+            bias = bias + self.position_bias.adapt(logits, bias)  # DAPE: f([A, B])
         if bias is not None:
             logits = r("biased", logits + r("bias", bias))
         if mask is not None:

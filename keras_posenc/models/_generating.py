@@ -12,7 +12,7 @@ import tensorflow as tf
 
 from keras_posenc import _checks, generation, samplers
 from keras_posenc.layers.rotary_embedding import RotaryEmbedding
-from keras_posenc.models import _loop, _steps
+from keras_posenc.models import _loop, _steps, capabilities
 from keras_posenc.utils import nested_layers
 
 #: How many compiled `(prefill, step)` pairs a `CausalLM` keeps.
@@ -123,8 +123,7 @@ class Generating:
                 f"the cache, which {blocker} cannot read",
                 cache_window,
                 fix="Stream with a method whose positions live in the attention "
-                "(alibi, t5, clipped, dynamic_bias, kerple, fire, rope, xpos, fox, "
-                "none)",
+                f"({', '.join(capabilities.streaming_methods())})",
             )
         return sink_tokens, sink_tokens + cache_window
 

@@ -2,8 +2,8 @@
 
 `capability_table()` is the README's table (a test compares the two, so it
 cannot drift): one row per `position=` name of `METHODS`, what it is and its
-paper (`GLOSSARY`), then columns computed from the same records and checks
-the builders and exporters use. Run `python -m
+paper (the row's `summary` and `paper`), then columns computed from the same
+records and checks the builders and exporters use. Run `python -m
 keras_posenc.models.capabilities` to print it.
 """
 
@@ -14,87 +14,14 @@ from keras_posenc.models.methods import (
     LSH_METHODS,
     METHODS,
     QUANTIZED_METHODS,
-    rounding_modelled,
 )
 from keras_posenc.models.stack import TransformerStack
-
-#: `{method: (what it is, in one line, paper)}`, in `METHODS` order.
-GLOSSARY = {
-    "none": ("no positions: attention sees a bag of tokens", ""),
-    "sinusoidal": (
-        "fixed sin/cos table added to the token embeddings",
-        "[Vaswani et al. 2017](https://arxiv.org/abs/1706.03762)",
-    ),
-    "learned": (
-        "a trainable table of `max_length` positions added to the embeddings",
-        "[Devlin et al. 2018](https://arxiv.org/abs/1810.04805)",
-    ),
-    "combined": (
-        "the first attention reads `[x, sinusoid]`, content and position apart",
-        "[Ke et al. 2020](https://arxiv.org/abs/2006.15595)",
-    ),
-    "t5": (
-        "a learned bias per log-spaced distance bucket, inside attention",
-        "[Raffel et al. 2020](https://arxiv.org/abs/1910.10683)",
-    ),
-    "clipped": (
-        "a learned bias per distance, clipped at `max_distance`",
-        "[Shaw et al. 2018](https://arxiv.org/abs/1803.02155)",
-    ),
-    "alibi": (
-        "a fixed linear penalty on distance, one slope per head",
-        "[Press et al. 2022](https://arxiv.org/abs/2108.12409)",
-    ),
-    "dynamic_bias": (
-        "a small MLP generates the bias from the log distance",
-        "[Wang et al. 2021](https://arxiv.org/abs/2108.00154)",
-    ),
-    "hpn": (
-        "hierarchical position network: a generator per layer adds positions",
-        "[Chu et al. 2021](https://arxiv.org/abs/2102.10882)",
-    ),
-    "recursive": (
-        "recursive update: each block refines a position stream by attention",
-        "[Shaw et al. 2018](https://arxiv.org/abs/1803.02155)",
-    ),
-    "hybrid": (
-        "sinusoids in, convolutional position generators in later layers",
-        "[Chu et al. 2021](https://arxiv.org/abs/2102.10882)",
-    ),
-    "rope": (
-        "rotary: queries and keys turned by position, every scaling type",
-        "[Su et al. 2021](https://arxiv.org/abs/2104.09864)",
-    ),
-    "xpos": (
-        "rotary with a per-frequency decay of the logits with distance",
-        "[Sun et al. 2022](https://arxiv.org/abs/2212.10554)",
-    ),
-    "kerple": (
-        "a learned logarithmic (or power) decay of distance per head",
-        "[Chi et al. 2022](https://arxiv.org/abs/2205.09921)",
-    ),
-    "fire": (
-        "an MLP of the log distance over the log query position",
-        "[Li et al. 2024](https://arxiv.org/abs/2310.04418)",
-    ),
-    "fox": (
-        "forgetting gate: a decay computed from each token's content",
-        "[Lin et al. 2025](https://arxiv.org/abs/2503.02130)",
-    ),
-    "cope": (
-        "contextual positions counted by the attention's own gates",
-        "[Golovneva et al. 2024](https://arxiv.org/abs/2405.18719)",
-    ),
-    "gated": (
-        "a gate fuses sinusoids with a learned relative table",
-        "[Ke et al. 2020](https://arxiv.org/abs/2006.15595)",
-    ),
-}
 
 #: The table's columns, in order.
 COLUMNS = (
     "method",
     "what it is",
+    "generated",
     "encoder",
     "causal LM",
     "int8 LiteRT",
@@ -113,6 +40,7 @@ class Capabilities:
     """What one builder method can do (each field a bool)."""
 
     method: str
+    generated: bool
     encoder: bool
     causal_lm: bool
     int8: bool
@@ -126,6 +54,7 @@ class Capabilities:
     def cells(self):
         """The row's cells, `COLUMNS` order: `yes`, or `-` for no."""
         marks = (
+            self.generated,
             self.encoder,
             self.causal_lm,
             self.int8,
@@ -137,7 +66,8 @@ class Capabilities:
             self.lsh,
             self.packed,
         )
-        what, paper = GLOSSARY[self.method]
+        record = METHODS[self.method]
+        what, paper = record.summary, record.paper
         first = [f"`{self.method}`", what + (f" ({paper})" if paper else "")]
         return first + ["yes" if mark else "-" for mark in marks]
 
@@ -145,8 +75,9 @@ class Capabilities:
 def capabilities(method):
     """The `Capabilities` of `METHODS[method]`.
 
-    int8 (LiteRT and TFLM alike) and QAT need every layer's int8 rounding
-    (`methods.rounding_modelled`: `fox` and `cope` export at float32 only);
+    int8 (LiteRT and TFLM alike) needs int8 kernels for every op
+    (`PositionMethod.int8_kernels`: `fox` and `cope` export at float32
+    only), QAT every layer's rounding modelled (`rounding_modelled`);
     streaming needs positions that live in the attention
     (`TransformerStack.streaming_blocker` of a causal stack); every method
     builds encoders and causal LMs, block-local and on packed rows;
@@ -156,9 +87,10 @@ def capabilities(method):
     stack = TransformerStack(method, 8, 1, 2, causal=True)
     return Capabilities(
         method=method,
+        generated=record.generated,
         encoder=True,
         causal_lm=True,
-        int8=rounding_modelled(record),
+        int8=record.int8_kernels,
         qat=method in QUANTIZED_METHODS,
         streaming=stack.streaming_blocker() is None,
         grouped_query=_builds_grouped_query(method),
@@ -177,6 +109,11 @@ def _builds_grouped_query(method):
     except ValueError:
         return False
     return True
+
+
+def streaming_methods():
+    """The methods a causal LM streams through a rolling cache, in order."""
+    return tuple(name for name in METHODS if capabilities(name).streaming)
 
 
 def capability_table():

@@ -152,6 +152,8 @@ class TransformerStack:
             _refuse_lookahead(parts, position, position_options)
             if method.bias in DIRECTED_BIASES:
                 parts["bias"]["bidirectional"] = False
+            if method.static_bias in DIRECTED_BIASES:
+                parts["static"]["bidirectional"] = False
             parts["gate"]["bidirectional"] = False
             parts["cope"]["bidirectional"] = False
         else:  # an encoder's CoPE counts from the query on both sides
@@ -559,7 +561,8 @@ def _check_attention_type(attention_type, options, position, others):
 
 def _refuse_lookahead(parts, position, position_options):
     """A causal stack refuses options that would let a bias look ahead."""
-    if any(parts[part].get("bidirectional") for part in ("bias", "gate", "cope")):
+    parts_read = ("bias", "static", "gate", "cope")
+    if any(parts[part].get("bidirectional") for part in parts_read):
         _checks.fail(
             "position_options",
             f"without bidirectional=True for position={position!r}: a causal "

@@ -1,4 +1,4 @@
-"""Learned-kernel relative biases: KERPLE's kernels and FIRE's distances.
+"""Learned-kernel relative biases: KERPLE's kernels, FIRE's distances, DAPE's MLP.
 
 Pure float32 functions of relative positions and of the (already positive)
 parameters; the layers `KerpleBias` and `FireBias` own the weights.
@@ -57,3 +57,40 @@ def fire_distances(query_positions, key_positions, c, threshold, bidirectional):
     normalizer = tf.maximum(q, tf.cast(threshold, tf.float32))  # (..., T)
     normalizer = tf.math.log1p(tf.abs(c * normalizer))[..., :, None]  # (..., T, 1)
     return psi / (normalizer + 1e-6)
+
+
+def data_adaptive_term(logits, bias, weights, num_heads, negative_slope=0.01):
+    """DAPE's `f([A, B])`: an MLP over each pair's logits and bias of all heads.
+
+    `logits` `(B, M, T, S)` and `bias` `(1 or B, M, T, S)` are heads-first
+    with `M = N * X` (N-major: a block-local band folds its blocks after the
+    heads); `weights` are `(logit_kernel (N, W), bias_kernel (N, W),
+    hidden_bias (W,), output_kernel (W, N), output_bias (N,))`. Each
+    (query, key) pair's `2N` values go through `W` leaky-ReLU units to `N`
+    outputs: `W2 leaky_relu(A W1a + B W1b + b1) + b2`, the first layer split
+    in two so the bias half runs at its own batch (1: a constant in TFLite).
+    Returns the float32 term `(B, M, T, S)`.
+    """
+    logit_kernel, bias_kernel, hidden_bias, output_kernel, output_bias = (
+        tf.cast(w, tf.float32) for w in weights
+    )
+    logits = tf.cast(logits, tf.float32)
+    shape = tf.shape(logits)
+    if bias.shape[1:].as_list() != logits.shape[1:].as_list():
+        bias = tf.broadcast_to(bias, tf.concat([tf.shape(bias)[:1], shape[1:]], 0))
+    hidden = _pairs_through(logits, logit_kernel, num_heads)  # (B, P, W)
+    hidden += _pairs_through(tf.cast(bias, tf.float32), bias_kernel, num_heads)
+    hidden = tf.nn.leaky_relu(hidden + hidden_bias, alpha=negative_slope)
+    width = hidden.shape[-1]
+    rows = tf.reshape(hidden, [-1, width])  # (B * P, W)
+    term = tf.matmul(rows, output_kernel) + output_bias  # (B * P, N)
+    term = tf.reshape(term, [shape[0], -1, num_heads])  # (B, P, N)
+    return tf.reshape(tf.transpose(term, [0, 2, 1]), shape)  # (B, M, T, S)
+
+
+def _pairs_through(x, kernel, num_heads):
+    """Heads-first `(b, M, T, S)` through `kernel (N, W)` on the heads: `(b, P, W)`."""
+    batch = tf.shape(x)[0]
+    pairs = tf.transpose(tf.reshape(x, [batch, num_heads, -1]), [0, 2, 1])  # (b, P, N)
+    out = tf.matmul(tf.reshape(pairs, [-1, num_heads]), kernel)  # (b * P, W)
+    return tf.reshape(out, [batch, -1, kernel.shape[-1]])

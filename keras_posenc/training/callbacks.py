@@ -2,31 +2,16 @@
 
 from keras_posenc import _checks
 from keras_posenc._compat import keras
-from keras_posenc.layers.contextual_position import ContextualPosition
-from keras_posenc.layers.dynamic_position_bias import DynamicPositionBias
-from keras_posenc.layers.fire_bias import FireBias
-from keras_posenc.layers.forgetting_gate import ForgettingGate
-from keras_posenc.layers.gated_position_fusion import GatedPositionFusion
-from keras_posenc.layers.hierarchical_position_network import (
-    HierarchicalPositionNetwork,
-)
-from keras_posenc.layers.kerple_bias import KerpleBias
-from keras_posenc.layers.learned_position_embedding import LearnedPositionEmbedding
 from keras_posenc.layers.recursive_position_update import RecursivePositionUpdate
-from keras_posenc.layers.relative_position_bias import RelativePositionBias
+from keras_posenc.models.methods import POSITION_LAYERS
 from keras_posenc.utils import nested_layers
 
-#: Layers whose weights generate positions (frozen by `PositionWarmup`).
-POSITION_GENERATORS = (
-    HierarchicalPositionNetwork,
-    DynamicPositionBias,
-    GatedPositionFusion,
-    RelativePositionBias,
-    KerpleBias,
-    FireBias,
-    ForgettingGate,
-    ContextualPosition,
-    LearnedPositionEmbedding,
+#: Layers whose weights generate positions (frozen by `PositionWarmup`): the
+#: position layers of every method (`methods.POSITION_LAYERS`; those without
+#: weights freeze nothing) but the recursive block, of which only the
+#: position path is a generator (`find_generators`).
+POSITION_GENERATORS = tuple(
+    cls for cls in POSITION_LAYERS if cls is not RecursivePositionUpdate
 )
 
 

@@ -28,6 +28,7 @@ TFLM_INT8_OPS = {
     "LOGISTIC",
     "TANH",
     "HARD_SWISH",
+    "LEAKY_RELU",
     "RELU",
     "CONCATENATION",
     "TRANSPOSE",
@@ -61,7 +62,7 @@ def _classifier(position, **kwargs):
 #: Methods with integer kernels for every op (the forgetting gate's LOG and
 #: CUMSUM and CoPE's FLOOR and CEIL have none: `tflite_export.integer_blockers`,
 #: `test_float_only_methods_are_refused_at_int8_and_run_in_tflm_at_float32`).
-INT8_METHODS = tuple(m for m in models.POSITION_METHODS if m not in ("fox", "cope"))
+INT8_METHODS = models.methods.INT8_METHODS
 
 
 @pytest.mark.slow

@@ -44,6 +44,9 @@ def _arguments(name, path, cell):
         return {"rotary": kp.RotaryEmbedding()}, {}
     if name.startswith("`contextual_position`"):
         return {"contextual_position": kp.ContextualPosition(2)}, {}
+    if name.startswith("`position_bias` reading"):
+        static = kp.RelativePositionBias(2)
+        return {"position_bias": kp.DataAdaptiveBias(2, static, hidden_dim=4)}, {}
     if name.startswith("`quantize`"):
         return {"quantize": "cache" if path == "cached" else True}, {}
     if name.startswith("`num_key_value_heads`"):
@@ -94,4 +97,4 @@ def test_each_cell_is_what_the_layer_does(name, path, cell):
 
 
 def test_the_table_has_every_path_and_row():
-    assert len(cells()) == 11 * len(PATHS)
+    assert len(cells()) == 12 * len(PATHS)

@@ -7,6 +7,7 @@ import tensorflow as tf
 from layer_checks import check_layer
 
 from keras_posenc import (
+    DataAdaptiveBias,
     DynamicPositionBias,
     FireBias,
     KerpleBias,
@@ -27,9 +28,21 @@ ALONE = {
     "fire": (lambda **kw: FireBias(num_heads=3, hidden_dim=8, **kw), 2 * 2 + 2),
     "kerple_log": (lambda **kw: KerpleBias(num_heads=3, kernel="log", **kw), 2),
     "kerple_power": (lambda **kw: KerpleBias(num_heads=3, kernel="power", **kw), 2),
+    "dape": (
+        lambda **kw: DataAdaptiveBias(3, KerpleBias(3), hidden_dim=4, **kw),
+        2 + 5,  # the static bias's r1, r2 and the MLP's five
+    ),
 }
 #: `{name: (2-head producer, its weight count, extra check_layer arguments)}`.
 IN_ATTENTION = {
+    "dape": (
+        lambda: DataAdaptiveBias(2, KerpleBias(2, bidirectional=False), hidden_dim=4),
+        2 + 5,
+        {
+            "call_kwargs": {"use_causal_mask": True},
+            "padding_invariant": False,  # causal: the padded last token reads all
+        },
+    ),
     "dynamic": (lambda: DynamicPositionBias(2), 2 * 3, {}),
     "fire": (lambda: FireBias(2, hidden_dim=4), 2 * 2 + 2, {}),
     "kerple": (

@@ -8,7 +8,12 @@ from marks import fast_only, split_between_passes
 from keras_posenc import RelativeMultiHeadAttention, RotaryEmbedding
 from keras_posenc._compat import keras
 from keras_posenc.layers import RelativePositionBias
-from keras_posenc.models import POSITION_METHODS, build_causal_lm, build_encoder
+from keras_posenc.models import (
+    METHODS,
+    POSITION_METHODS,
+    build_causal_lm,
+    build_encoder,
+)
 
 VOCAB = 13
 
@@ -131,7 +136,7 @@ def small(position, **options):
 #: Every method but `recursive` (refused), split between the Keras passes:
 #: the same TensorFlow ops in either, so together they cache each one once.
 GROUPED = split_between_passes(
-    [p for p in POSITION_METHODS if p != "recursive"],
+    [p for p in POSITION_METHODS if not METHODS[p].recursive],
     ("learned", "dynamic_bias", "xpos", "gated", "kerple", "fire", "combined", "fox"),
 )
 

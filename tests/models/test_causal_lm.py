@@ -11,7 +11,13 @@ from packed_rows import WINDOW, assert_each_document_reads_as_alone
 from keras_posenc import generation, samplers
 from keras_posenc._compat import keras
 from keras_posenc.generation import Sampling
-from keras_posenc.models import POSITION_METHODS, CausalLM, _loop, build_causal_lm
+from keras_posenc.models import (
+    METHODS,
+    POSITION_METHODS,
+    CausalLM,
+    _loop,
+    build_causal_lm,
+)
 
 VOCAB = 13
 
@@ -432,7 +438,8 @@ def test_a_prompt_past_the_learned_table_is_refused():
 
 
 @pytest.mark.parametrize(
-    "position", ["t5", "clipped", "alibi", "kerple", "fire", "fox", "cope"]
+    "position",
+    [name for name, row in METHODS.items() if "bidirectional" in row.options],
 )
 def test_a_bidirectional_bias_is_refused(position):
     with pytest.raises(ValueError, match="without bidirectional=True for position"):

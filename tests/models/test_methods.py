@@ -1,3 +1,6 @@
+import pathlib
+import re
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -11,6 +14,7 @@ from keras_posenc.models import (
     POSITION_METHODS,
     build_causal_lm,
     build_encoder,
+    capabilities,
     methods,
 )
 from keras_posenc.utils import nested_layers
@@ -33,8 +37,10 @@ def test_every_option_is_an_argument_of_the_layer_it_goes_to():
     }
     assert set(POSITION_METHODS) == set(methods.METHODS)
     for name, record in methods.METHODS.items():
+        layers["bias"] = methods.BIASES.get(record.bias)
+        layers["static"] = methods.BIASES.get(record.static_bias)
         for option, part in record.options.items():
-            layer = layers.get(part) or methods.BIASES[record.bias]
+            layer = layers[part]
             arguments = inspect.signature(layer.__init__).parameters
             assert option in arguments, (name, option, layer.__name__)
 
@@ -151,3 +157,58 @@ def test_cope_counts_both_ways_in_an_encoder_and_one_way_in_a_causal_lm():
     for model, bidirectional in ((encoder, True), (lm, False), (one_way, False)):
         counts = [x for x in nested_layers(model) if isinstance(x, ContextualPosition)]
         assert counts and {c.bidirectional for c in counts} == {bidirectional}
+
+
+#: The lists of methods the docs write out, each derived from `METHODS`.
+DERIVED_LISTS = {
+    "all": lambda: tuple(methods.METHODS),
+    "quantized": lambda: methods.QUANTIZED_METHODS,
+    "streaming": capabilities.streaming_methods,
+}
+#: Where the docs write them: `(page, list)`, each between its markers.
+DOC_LISTS = {
+    ("docs/layers.md", "all"),
+    ("docs/edge_deployment.md", "quantized"),
+    ("docs/lm_on_device.md", "quantized"),
+    ("docs/lm_on_device.md", "streaming"),
+    ("docs/language_models.md", "streaming"),
+}
+
+
+def test_every_list_of_methods_in_the_docs_is_the_method_tables():
+    root = pathlib.Path(__file__).resolve().parents[2]
+    found = set()
+    for path in [root / "README.md", *sorted((root / "docs").glob("*.md"))]:
+        text = path.read_text()
+        marked = r"<!-- methods: (\w+) -->(.*?)<!-- /methods -->"
+        for name, span in re.findall(marked, text, flags=re.S):
+            written = tuple(re.findall(r"`(\w+)`", span))
+            assert written == DERIVED_LISTS[name](), (path.name, name)
+            found.add((str(path.relative_to(root)), name))
+    assert found == DOC_LISTS
+
+
+def test_the_derived_lists_follow_each_rows_facts():
+    rows = methods.METHODS
+    assert methods.LSH_METHODS == tuple(n for n, r in rows.items() if r.runs_lsh)
+    assert "dape" not in methods.LSH_METHODS + methods.SHARED_BIAS_METHODS
+    assert "dape" in methods.INT8_METHODS and "dape" not in methods.QUANTIZED_METHODS
+    assert set(methods.GENERATED_METHODS) >= {"dape", "hpn", "recursive", "fox"}
+    assert not {"t5", "alibi", "rope", "sinusoidal"} & set(methods.GENERATED_METHODS)
+    for row in rows.values():  # every layer a row builds is in POSITION_LAYERS
+        assert set(row.layer_classes()) <= set(methods.POSITION_LAYERS)
+
+
+@pytest.mark.parametrize("position", sorted(methods.METHODS))
+def test_warmup_freezes_every_layer_holding_a_methods_position_weights(position):
+    from keras_posenc.training.callbacks import find_generators
+
+    model = build_encoder(vocab_size=9, hidden_dim=8, num_heads=2, position=position)
+    generators = {id(layer) for layer in find_generators(model)}
+    for layer in nested_layers(model):
+        if isinstance(layer, methods.POSITION_LAYERS) and layer.trainable_weights:
+            inside_recursive = position == "recursive"
+            assert id(layer) in generators or inside_recursive, layer.name
+    held = methods.METHODS[position]
+    if held.generated and position != "recursive":
+        assert generators, position

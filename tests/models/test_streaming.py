@@ -7,21 +7,17 @@ from marks import fast_only
 
 from keras_posenc import RelativeMultiHeadAttention
 from keras_posenc.generation import Streaming
-from keras_posenc.models import build_causal_lm
+from keras_posenc.models import METHODS, build_causal_lm
 
 VOCAB = 17
-#: The builder methods whose positions live in the attention.
-STREAMING = (
-    "none",
-    "t5",
-    "clipped",
-    "alibi",
-    "dynamic_bias",
-    "kerple",
-    "fire",
-    "rope",
-    "xpos",
-    "fox",
+#: The builder methods whose positions live in the attention, read from
+#: their rows: no absolute encoding, generator, recursive stream or count.
+STREAMING = tuple(
+    name
+    for name, row in METHODS.items()
+    if row.input_positions is None
+    and not (row.combined_input or row.recursive or row.contextual)
+    and row.generator is None
 )
 
 
@@ -44,7 +40,7 @@ def log_softmax(x):
 #: One method per kind of producer that streams (`clipped` reads T5's
 #: buckets, `kerple` ALiBi's distances and `xpos` RoPE's rotation; the
 #: oracle below reads `xpos` and `fire` past the cache's length).
-NEVER_ROLLS = ("none", "t5", "alibi", "dynamic_bias", "fire", "rope", "fox")
+NEVER_ROLLS = ("none", "t5", "alibi", "dynamic_bias", "fire", "rope", "fox", "dape")
 
 
 @pytest.mark.parametrize(
@@ -65,7 +61,9 @@ def test_a_rolling_cache_that_never_rolls_is_the_full_cache(position):
 @pytest.mark.parametrize(
     "position",
     fast_only(
-        ("alibi", "t5", "rope", "fire", "xpos", "fox"), ("t5", "rope"), per_kind=True
+        ("alibi", "t5", "rope", "fire", "xpos", "fox", "dape"),
+        ("t5", "rope"),
+        per_kind=True,
     ),
 )
 def test_one_layer_reads_its_rolling_cache_as_a_fresh_text(position):
