@@ -68,8 +68,8 @@ def token_classifier(position, max_length, seed, attention_window=None):
             num_heads=4,
             num_layers=2,
             position=position,
-            max_length=max_length,
             attention_window=attention_window,
+            position_options={"max_length": max_length},
         ),
         3e-3,
     )

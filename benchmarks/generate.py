@@ -32,7 +32,7 @@ def ours():
         num_layers=LAYERS,
         num_heads=HEADS,
         position="learned",
-        max_length=TOTAL,
+        position_options={"max_length": TOTAL},
     )
 
 

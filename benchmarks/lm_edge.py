@@ -26,7 +26,7 @@ def measure(position, max_length):
         num_layers=2,
         num_heads=4,
         position=position,
-        max_length=max_length,
+        position_options={"max_length": max_length},
     )
     if tflite_export.integer_blockers(model):
         return None

@@ -47,8 +47,8 @@ def run(quick):
                 num_layers=2,
                 num_heads=4,
                 position=method,
-                max_length=length,
                 packed=kind == "packed",
+                position_options={"max_length": length},
             )
             model.compile(
                 tf.keras.optimizers.Adam(1e-3),

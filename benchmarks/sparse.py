@@ -26,8 +26,11 @@ VARIANTS = {
     "dense": {},
     "block-local W=32": {"attention_window": 32},
     "LSH C=32 R=2": {
-        "attention_type": "lsh",
-        "attention_options": {"bucket_size": 32, "num_hashes": 2},
+        "attention_options": {
+            "attention_type": "lsh",
+            "bucket_size": 32,
+            "num_hashes": 2,
+        },
     },
 }
 TASKS = ("retrieval", "relative lookup")

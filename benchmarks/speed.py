@@ -209,8 +209,10 @@ def step_rows(batch, length, width, rounds):
             hidden_dim=width,
             num_heads=4,
             position=position,
-            max_length=length,
-            share_position_bias=share_position_bias,
+            position_options={
+                "max_length": length,
+                "share_position_bias": share_position_bias,
+            },
         )
         model.compile("adam", "sparse_categorical_crossentropy")
         return lambda: model.train_on_batch(x, y)
@@ -266,7 +268,7 @@ def encoder_rows(batch, length, width, rounds):
                 num_heads=4,
                 num_layers=2,
                 position=position,
-                max_length=length,
+                position_options={"max_length": length},
             )
         )
         for position in ("learned", "alibi", "rope")

@@ -43,7 +43,7 @@ def steps(method, hidden_dim, num_heads, slots):
         num_layers=2,
         num_heads=num_heads,
         position=method,
-        max_length=slots,
+        position_options={"max_length": slots},
     )
     ids = np.random.default_rng(0).integers(1, 256, (8, 32))
     stopping = tflite_export.convert_causal_lm(

@@ -15,6 +15,7 @@ import numpy as np
 
 from benchmarks._common import summary, write
 from keras_posenc.data import language_modeling as lm
+from keras_posenc.generation import Streaming
 
 METHODS = ("alibi", "t5", "rope", "fox")
 SINKS = 4
@@ -34,8 +35,10 @@ def run(quick):
         for seed in seeds:
             model, _ = lm.train(method, train_ids, length, steps, seed=seed)
             at_length = lm.bits_per_byte(model, validation_ids, length, 64)
-            sinks = _bits(model.score(text, cache_window=length - SINKS))
-            window = _bits(model.score(text, cache_window=length, sink_tokens=0))
+            sinks = _bits(model.score(text, streaming=Streaming(length - SINKS)))
+            window = _bits(
+                model.score(text, streaming=Streaming(length, sink_tokens=0))
+            )
             whole = _bits(model.score(text))
             cells.append([at_length, sinks, window, whole])
             print(method, seed, [f"{c:.3f}" for c in cells[-1]], flush=True)
@@ -63,8 +66,8 @@ def run(quick):
         [
             "mean ±half the range over the seeds; every prediction of "
             f"{rows} held-out rows of {long} bytes, read token by token "
-            "(`CausalLM.score(token_ids, cache_window, sink_tokens)`) at positions "
-            "inside the cache",
+            "(`CausalLM.score(token_ids, streaming=Streaming(cache_window, "
+            "sink_tokens))`) at positions inside the cache",
             "at L: non-overlapping windows of L bytes, each read from its start "
             "(a window's first bytes have little context, so this is the "
             "harder baseline for a short L)",

@@ -15,6 +15,7 @@ import argparse
 import os
 
 from keras_posenc.data import language_modeling as lm
+from keras_posenc.generation import Sampling
 from keras_posenc.models import POSITION_METHODS
 
 SCALES = (1, 2, 4, 8)
@@ -52,7 +53,9 @@ def main(argv=None):
     prompt = list(validation_ids[:length])
     new = 16 if args.quick else 256
     model = models[best]
-    text = model.generate([prompt], new, sampler="top_p", top_p=0.8, seed=0)
+    text = model.generate(
+        [prompt], new, sampling=Sampling(sampler="top_p", top_p=0.8, seed=0)
+    )
     print(f"\n{best} continues {lm.text_of(prompt)!r} with:")
     print(repr(lm.text_of(text[0, len(prompt) :])))
     cached = lm.tokens_per_second(model, [prompt], new, use_cache=True)

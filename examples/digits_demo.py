@@ -42,7 +42,7 @@ def train(x, y, epochs, verbose, hidden_dim=64):
         learning_rate=schedule,
         num_layers=2,
         dropout=0.1,
-        grid_shape=GRID,
+        position_options={"grid_shape": GRID},
     )
     stop = keras.callbacks.EarlyStopping(
         monitor="val_loss", patience=10, restore_best_weights=True

@@ -44,8 +44,8 @@ def main(argv=None):
             num_heads=4,
             num_layers=1,
             position=method,
-            max_length=max(scales) * args.length,
             attention_window=args.window,
+            position_options={"max_length": max(scales) * args.length},
         )
         recipes.compile_classifier(model, 3e-3)
         model.fit(x, y, epochs=epochs, batch_size=64, verbose=0)

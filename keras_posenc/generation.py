@@ -4,9 +4,8 @@ Two options objects, each defined and checked here once and taken the same
 way by every entry point (`CausalLM.generate` and `score`,
 `tflite_export.generate_tflite`, `tflite_export.convert_causal_lm`,
 `generate_tokens` and the export CLI): `Sampling` (how each new token is
-chosen) and `Streaming` (a rolling cache with attention sinks). The
-keywords they replace (`sampler=`, `temperature=`, ..., `cache_window=`,
-`sink_tokens=`) are still accepted and forwarded into them.
+chosen) and `Streaming` (a rolling cache with attention sinks), each the one
+form of its options.
 
 `generate_tokens` runs the decoding loop on two callables, `prefill` and
 `step`, so the Keras model (with or without its KV cache) and the exported
@@ -199,115 +198,38 @@ class Streaming:
 
 #: The `Sampling` fields a `Sampler` object carries itself.
 OWN_SETTINGS = ("temperature", "top_k", "top_p")
-#: The keywords `Sampling` replaces, still taken by every entry point.
-SAMPLING_KEYWORDS = tuple(field.name for field in dataclasses.fields(Sampling))
-#: The keywords `Streaming` replaces.
-STREAMING_KEYWORDS = ("cache_window", "sink_tokens")
+#: `Sampling`'s fields, the keys of its `options` dict but `max_new_tokens`.
+SAMPLING_FIELDS = tuple(field.name for field in dataclasses.fields(Sampling))
 
 
-def sampling_from(sampling=None, **keywords):
-    """The `Sampling` of an entry point's `sampling` and old keywords.
-
-    `sampling` is None, a `Sampling`, or (as the old third argument of
-    `generate`) a sampler name or `Sampler`; `keywords` are the old
-    `sampler=`, `temperature=`, ... (a `Sampling` and keywords together
-    are refused: one home).
-    """
-    _refuse_unknown(keywords, SAMPLING_KEYWORDS)
-    if isinstance(sampling, Sampling):
-        if keywords:
-            _checks.fail(
-                "sampling",
-                "a Sampling or sampling keywords, not both",
-                f"a Sampling and {sorted(keywords)}",
-            )
-        return sampling
-    if sampling is not None:
-        if not isinstance(sampling, (str, samplers.Sampler)):
-            _checks.fail(
-                "sampling",
-                "None, a Sampling, a sampler name or a Sampler",
-                f"a {type(sampling).__name__}: {sampling!r}",
-                error=TypeError,
-            )
-        if "sampler" in keywords:
-            _checks.fail("sampler", "given once", f"{sampling!r} and {keywords}")
-        keywords["sampler"] = sampling
-    return Sampling(**keywords)
+def sampling_from(sampling=None):
+    """The `Sampling` an entry point's `sampling=` argument means: itself, or
+    greedy for None; anything else is a `TypeError` naming `sampling`."""
+    if sampling is None:
+        return Sampling()
+    if not isinstance(sampling, Sampling):
+        _checks.fail(
+            "sampling",
+            "None or a keras_posenc.generation.Sampling",
+            f"a {type(sampling).__name__}: {sampling!r}",
+            error=TypeError,
+            fix="Pass sampling=Sampling(...) (e.g. Sampling('top_k', top_k=5))",
+        )
+    return sampling
 
 
-def streaming_from(streaming=None, cache_window=None, sink_tokens=None):
-    """The `Streaming` (or None) of an entry point's `streaming` and old keywords.
-
-    `streaming` is None, a `Streaming` or an int (the cache window, as the
-    old `cache_window` argument in its place); `sink_tokens` without a
-    window is refused (it would do nothing).
-    """
-    integer = isinstance(streaming, numbers.Integral) and not isinstance(
-        streaming, bool
-    )
-    if streaming is not None and not (integer or isinstance(streaming, Streaming)):
+def streaming_from(streaming=None):
+    """The `Streaming` (or None) an entry point's `streaming=` argument means;
+    anything else is a `TypeError` naming `streaming`."""
+    if streaming is not None and not isinstance(streaming, Streaming):
         _checks.fail(
             "streaming",
-            "None, a Streaming or an int (the cache window)",
+            "None or a keras_posenc.generation.Streaming",
             f"a {type(streaming).__name__}: {streaming!r}",
             error=TypeError,
+            fix="Pass streaming=Streaming(cache_window, sink_tokens=4)",
         )
-    if isinstance(streaming, Streaming):
-        if cache_window is not None or sink_tokens is not None:
-            _checks.fail(
-                "streaming",
-                "a Streaming or cache_window/sink_tokens, not both",
-                streaming,
-            )
-        return streaming
-    if streaming is not None:
-        if cache_window is not None:
-            _checks.fail("cache_window", "given once", (streaming, cache_window))
-        cache_window = streaming
-    if sink_tokens is not None:
-        _checks.positive_int("sink_tokens", sink_tokens, minimum=0)
-    if cache_window is None:
-        if sink_tokens is not None:
-            _checks.fail(
-                "sink_tokens",
-                "None without a cache window (alone it does nothing)",
-                sink_tokens,
-                fix="Pass streaming=Streaming(cache_window, sink_tokens)",
-            )
-        return None
-    return Streaming(cache_window, 4 if sink_tokens is None else sink_tokens)
-
-
-def _refuse_unknown(keywords, known):
-    unknown = sorted(set(keywords) - set(known))
-    if unknown:
-        raise TypeError(
-            f"Unexpected keyword arguments {unknown}: the sampling keywords are "
-            f"{list(known)} (or pass sampling=Sampling(...))"
-        )
-
-
-def sampling_options(
-    max_new_tokens,
-    sampler="greedy",
-    temperature=1.0,
-    top_k=50,
-    top_p=0.9,
-    seed=None,
-    stop_token_ids=None,
-    pad_token_id=0,
-):
-    """The checked decoding arguments of `generate`, as `generate_tokens` takes them.
-
-    A plain dict of Python values (JSON-serialisable, but for a `Sampler`
-    instance, which `samplers.serialize` turns into JSON for a child process;
-    NumPy scalars are accepted wherever Python numbers are): `Sampling`'s
-    fields and `max_new_tokens`.
-    """
-    return Sampling(
-        sampler, temperature, top_k, top_p, seed, stop_token_ids, pad_token_id
-    ).options(max_new_tokens)
+    return streaming
 
 
 def _is_int(value):
@@ -355,14 +277,13 @@ def generate_tokens(
     max_new_tokens,
     sampling=None,
     rows=None,
-    **keywords,
 ):
     """The decoding loop: `(B, P + max_new_tokens)` prompts and new tokens.
 
     `prefill(tokens (B, T))` returns the logits `(B, V)` of the last of the
     `T` tokens at positions `0 .. T-1`; `step(tokens (B, 1), t)` those of one
-    token at position `t`. `sampling` is a `Sampling` (or the old keywords,
-    `sampling_options`' dict among them). Each row continues right after its
+    token at position `t`. `sampling` is a `Sampling` (None: greedy), checked
+    where the user passed it. Each row continues right after its
     own prompt; slots past its `max_new_tokens` new tokens or its stop token
     hold `pad_token_id` (any integer, -1 included: a finished row feeds the
     model token 0, whose logits are never read). Each row samples from its
@@ -372,9 +293,9 @@ def generate_tokens(
     in (nor on the other prompts' lengths) and equal prompts still draw
     different samples.
     """
-    options = sampling_from(sampling, **keywords).options(max_new_tokens)
+    options = sampling_from(sampling).options(max_new_tokens)
     sampler, temperature, top_k, top_p, seed, stop_token_ids, pad_token_id = (
-        options[name] for name in SAMPLING_KEYWORDS
+        options[name] for name in SAMPLING_FIELDS
     )
     batch, prompt_length = prompts.shape
     total = prompt_length + max_new_tokens

@@ -166,7 +166,14 @@ def test_the_attention_class_reads_in_one_sitting():
 #: Signatures above 12 named parameters, with why: Keras' own
 #: `MultiHeadAttention` takes 16 (its projections' dims, bias and
 #: initializers, which this layer keeps under the same names).
-WIDER = {"RelativeMultiHeadAttention.__init__": 13}
+#: Wider than 12, each for the keywords Keras users pass by name: the
+#: attention's window and key heads (keras-hub's and Keras'
+#: `GroupedQueryAttention`'s names), taken the same way by the builders.
+WIDER = {
+    "RelativeMultiHeadAttention.__init__": 15,
+    "build_encoder": 15,
+    "CausalLM.__init__": 13,
+}
 
 
 def _named(function):
@@ -187,7 +194,7 @@ def test_public_signatures_are_twelve_parameters_at_most():
             found[obj.__qualname__] = len(_named(obj))
     wide = {name: n for name, n in found.items() if n > 12}
     assert wide == WIDER
-    assert found["CausalLM.generate"] <= 12 and found["build_encoder"] <= 12
+    assert found["CausalLM.generate"] <= 12
 
 
 def _public_objects():

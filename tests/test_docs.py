@@ -67,7 +67,9 @@ def test_the_microcontroller_guides_contract_is_what_its_export_prints():
     from tflite_export import convert_causal_lm, device_contract
 
     tf.keras.utils.set_random_seed(0)
-    options = dict(hidden_dim=16, num_layers=2, num_heads=2, max_length=16)
+    options = dict(
+        hidden_dim=16, num_layers=2, num_heads=2, position_options={"max_length": 16}
+    )
     model = build_causal_lm(19, position="hybrid", **options)
     ids = np.random.default_rng(0).integers(1, 19, (8, 16))
     model_bytes = convert_causal_lm(model, ids, max_length=16, target="tflm")

@@ -44,19 +44,18 @@ def test_token_ids_that_are_not_integers_are_refused(prompt_ids):
 )
 def test_stop_token_ids_take_one_id_or_a_list_of_ids(value, want):
     assert (
-        generation.sampling_options(3, stop_token_ids=value)["stop_token_ids"] == want
+        generation.Sampling(stop_token_ids=value).options(3)["stop_token_ids"] == want
     )
 
 
 @pytest.mark.parametrize("value", ["12", [1.9], 2.0, [[1, 2]]])
 def test_stop_token_ids_that_are_not_ids_are_refused(value):
     with pytest.raises(TypeError, match="stop_token_ids"):
-        generation.sampling_options(3, stop_token_ids=value)
+        generation.Sampling(stop_token_ids=value)
 
 
 def test_numpy_scalars_are_accepted_and_come_back_as_json_numbers():
-    options = generation.sampling_options(
-        np.int64(3),
+    options = generation.Sampling(
         "top_p",
         temperature=np.float32(0.5),
         top_k=np.int32(4),
@@ -64,7 +63,7 @@ def test_numpy_scalars_are_accepted_and_come_back_as_json_numbers():
         seed=np.int64(3),
         stop_token_ids=np.array([2]),
         pad_token_id=np.int64(0),
-    )
+    ).options(np.int64(3))
     assert json.loads(json.dumps(options)) == options
     assert options["temperature"] == 0.5 and options["seed"] == 3
 
@@ -82,15 +81,15 @@ def test_numpy_scalars_are_accepted_and_come_back_as_json_numbers():
 def test_bad_sampling_arguments_name_the_argument(kwargs, error):
     name = next(iter(kwargs))
     with pytest.raises(error, match=name):
-        generation.sampling_options(3, **kwargs)
+        generation.Sampling(**kwargs)
 
 
 @pytest.mark.parametrize("rows", [[[1, 2]] * 3, [[1, 2, 3, 4, 5], [1], [2, 3]]])
 def test_every_row_draws_from_its_own_seeded_stream(rows):
     prompts, lengths = generation.check_prompts(rows)
     prefill, step = uniform_steps()
-    options = generation.sampling_options(12, "top_k", top_k=7, seed=4)
-    batch = generation.generate_tokens(prefill, step, prompts, lengths, **options)
+    sampling = generation.Sampling("top_k", top_k=7, seed=4)
+    batch = generation.generate_tokens(prefill, step, prompts, lengths, 12, sampling)
     # One seed: three different samples, not one sample thrice.
     assert len({tuple(row) for row in batch}) == 3
     # A row decoded alone (as the interpreters do) draws what it drew in the
@@ -98,10 +97,10 @@ def test_every_row_draws_from_its_own_seeded_stream(rows):
     # takes a new token).
     for b in range(3):
         alone = generation.generate_tokens(
-            prefill, step, prompts[b : b + 1], lengths[b : b + 1], rows=(b,), **options
+            prefill, step, prompts[b : b + 1], lengths[b : b + 1], 12, sampling, (b,)
         )
         np.testing.assert_array_equal(alone[0], batch[b])
-    again = generation.generate_tokens(prefill, step, prompts, lengths, **options)
+    again = generation.generate_tokens(prefill, step, prompts, lengths, 12, sampling)
     np.testing.assert_array_equal(again, batch)
 
 
@@ -109,8 +108,8 @@ def test_finished_rows_feed_a_real_token_even_with_a_negative_pad_id():
     seen = []
     prompts, lengths = generation.check_prompts([[1, 2, 3], [4]], pad_token_id=-1)
     prefill, step = uniform_steps(seen=seen)
-    options = generation.sampling_options(2, pad_token_id=-1)
-    out = generation.generate_tokens(prefill, step, prompts, lengths, **options)
+    sampling = generation.Sampling(pad_token_id=-1)
+    out = generation.generate_tokens(prefill, step, prompts, lengths, 2, sampling)
     assert min(seen) >= 0  # the model never reads the pad id
     np.testing.assert_array_equal(out[1, 3:], [-1, -1])  # row 1 ended at slot 3
     np.testing.assert_array_equal(out[0, :3], [1, 2, 3])
@@ -125,22 +124,12 @@ def test_prompt_ids_outside_the_vocabulary_are_refused():
             generation.check_vocabulary(prompts, lengths, 4)
 
 
-def test_sampling_is_checked_once_and_is_the_keywords_it_replaces():
+def test_sampling_is_checked_once_where_it_is_made():
     sampling = generation.Sampling("top_k", top_k=3, seed=np.int64(2), stop_token_ids=4)
     assert sampling.seed == 2 and sampling.stop_token_ids == (4,)
-    old = generation.sampling_options(5, "top_k", top_k=3, seed=2, stop_token_ids=4)
-    assert sampling.options(5) == old
-    assert generation.sampling_from("top_k", top_k=3, seed=2, stop_token_ids=4) == (
-        sampling
-    )
-    prefill, step = uniform_steps()
-    prompts, lengths = generation.check_prompts([[1, 2], [3]])
-    np.testing.assert_array_equal(
-        generation.generate_tokens(prefill, step, prompts, lengths, 6, sampling),
-        generation.generate_tokens(
-            prefill, step, prompts, lengths, **old | {"max_new_tokens": 6}
-        ),
-    )
+    assert generation.sampling_from(sampling) is sampling  # taken whole
+    assert generation.sampling_from(None) == generation.Sampling()  # greedy
+    assert sampling.options(5)["max_new_tokens"] == 5
 
 
 @pytest.mark.parametrize(
@@ -154,21 +143,6 @@ def test_sampling_is_checked_once_and_is_the_keywords_it_replaces():
         (lambda: generation.Sampling(pad_token_id=0.5), TypeError, "pad_token_id"),
         (lambda: generation.Streaming(0), ValueError, "cache_window"),
         (lambda: generation.Streaming(4, sink_tokens=-1), ValueError, "sink_tokens"),
-        (
-            lambda: generation.sampling_from(generation.Sampling(), seed=1),
-            ValueError,
-            "a Sampling or sampling keywords, not both",
-        ),
-        (
-            lambda: generation.sampling_from(None, temprature=0.5),
-            TypeError,
-            r"Unexpected keyword arguments \['temprature'\]",
-        ),
-        (
-            lambda: generation.streaming_from(generation.Streaming(4), 8),
-            ValueError,
-            "a Streaming or cache_window/sink_tokens, not both",
-        ),
     ],
 )
 def test_bad_options_are_refused_naming_the_field(make, error, match):
@@ -189,21 +163,19 @@ def test_a_sampler_objects_own_settings_are_not_given_twice(field, value):
     "make, argument",
     [
         (lambda: generation.sampling_from({"sampler": "top_k"}), "sampling"),
+        (lambda: generation.sampling_from("top_k"), "sampling"),
+        (lambda: generation.sampling_from(samplers.TopKSampler(2)), "sampling"),
         (lambda: generation.streaming_from({"cache_window": 8}), "streaming"),
+        (lambda: generation.streaming_from(8), "streaming"),
         (lambda: generation.streaming_from(True), "streaming"),
     ],
 )
-def test_a_dict_for_an_options_object_is_refused_naming_the_argument(make, argument):
-    """The error named `sampler` or `cache_window`, not what the user passed."""
-    with pytest.raises(TypeError, match=f"`{argument}` must be None, a "):
+def test_an_options_object_is_the_one_form_of_its_options(make, argument):
+    """A dict, a sampler name or a window size is not the object: refused
+    naming the argument the user passed (it once named `sampler` or
+    `cache_window`, or was taken as an old form)."""
+    with pytest.raises(TypeError, match=f"`{argument}` must be None or a "):
         make()
-
-
-def test_sink_tokens_without_a_window_are_refused():
-    """Alone, `sink_tokens` did nothing in `generate` and `score`."""
-    with pytest.raises(ValueError, match="`sink_tokens` must be None without a"):
-        generation.streaming_from(None, sink_tokens=4)
-    assert generation.streaming_from(None, 8, sink_tokens=0).slots == 8
 
 
 def test_options_objects_are_frozen_and_streaming_counts_its_slots():
@@ -215,6 +187,5 @@ def test_options_objects_are_frozen_and_streaming_counts_its_slots():
     )
     with pytest.raises(AttributeError):
         streaming.cache_window = 8
-    assert generation.streaming_from(None, 60) == streaming
-    assert generation.streaming_from(60, sink_tokens=4) == streaming
+    assert generation.streaming_from(streaming) is streaming
     assert generation.streaming_from() is None

@@ -50,8 +50,8 @@ def test_a_new_sampler_is_a_class_the_decoding_loop_takes():
     def step(tokens, t):
         return np.tile(np.arange(5.0)[::-1], (len(tokens), 1))
 
-    options = generation.sampling_options(3, sampler=Lowest())
-    out = generation.generate_tokens(prefill, step, prompts, lengths, **options)
+    sampling = generation.Sampling(Lowest())
+    out = generation.generate_tokens(prefill, step, prompts, lengths, 3, sampling)
     # The second row's first new token comes from the prefill (lowest: 0),
     # every later one from a step (lowest: 4).
     np.testing.assert_array_equal(out, [[1, 2, 4, 4, 4], [3, 0, 4, 4, 0]])
@@ -60,7 +60,7 @@ def test_a_new_sampler_is_a_class_the_decoding_loop_takes():
 
 def test_bad_samplers_are_refused():
     with pytest.raises(ValueError, match="`sampler` must be one of"):
-        generation.sampling_options(3, sampler="beam")
+        generation.Sampling("beam")
     with pytest.raises(ValueError, match="`top_p` must be a float in"):
         samplers.TopPSampler(p=1.5)
     with pytest.raises(ValueError, match="`temperature` must be a number >= 1e-06"):

@@ -108,7 +108,12 @@ def test_set_rope_scaling_switches_between_length_dependent_types():
 def test_set_rope_scaling_resets_generation_and_travels_with_the_model(tmp_path):
     tf.keras.utils.set_random_seed(2)
     model = models.build_causal_lm(
-        13, hidden_dim=16, num_layers=1, num_heads=2, position="rope", max_length=32
+        13,
+        hidden_dim=16,
+        num_layers=1,
+        num_heads=2,
+        position="rope",
+        position_options={"max_length": 32},
     )
     prompts = [[3, 1, 4, 1, 5, 9, 2, 6]]
     model.generate(prompts, 8)  # traces the steps with the old frequencies

@@ -7,7 +7,7 @@ returns `tokens`.
 
 import json
 
-from keras_posenc import samplers
+from keras_posenc import generation, samplers
 from tflite_export._child import serve
 from tflite_export.generate import Decoder, decode_rows
 
@@ -16,8 +16,13 @@ def _generate(arrays):
     options = json.loads(str(arrays["options"]))
     if isinstance(options["sampler"], dict):  # a Sampler instance, serialized
         options["sampler"] = samplers.deserialize(options["sampler"])
+    # The user's Sampling, rebuilt on this side of the process boundary.
+    sampling = generation.Sampling(
+        **{name: options[name] for name in generation.SAMPLING_FIELDS}
+    )
     decoder = Decoder(arrays["model"].tobytes(), "tflm")
-    tokens = decode_rows(decoder, arrays["prompts"], arrays["lengths"], options)
+    new = options["max_new_tokens"]
+    tokens = decode_rows(decoder, arrays["prompts"], arrays["lengths"], new, sampling)
     return {"tokens": tokens}
 
 

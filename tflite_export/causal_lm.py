@@ -55,7 +55,6 @@ def convert_causal_lm(
     max_length=None,
     target="litert",
     streaming=None,
-    **keywords,
 ):
     """TFLite bytes of a causal LM with its KV cache as inputs and outputs.
 
@@ -115,7 +114,6 @@ def convert_causal_lm(
         target: `"litert"` or `"tflm"`.
         streaming: None, or a `keras_posenc.generation.Streaming`: stream
             through its rolling cache. Defaults to None.
-        **keywords: the old `cache_window=` and `sink_tokens=`.
 
     Returns:
         The `.tflite` model as bytes.
@@ -131,10 +129,7 @@ def convert_causal_lm(
         raise ValueError(
             f"`target` must be one of {TARGETS}. Received: target={target!r}"
         )
-    unknown = sorted(set(keywords) - set(generation.STREAMING_KEYWORDS))
-    if unknown:
-        raise TypeError(f"Unexpected keyword arguments {unknown}")
-    streaming = generation.streaming_from(streaming, **keywords)
+    streaming = generation.streaming_from(streaming)
     rolling = None
     if streaming is not None:
         if max_length is not None:

@@ -80,7 +80,7 @@ class DeviceContract:
     outputs: tuple
     feeds: tuple
     ops: tuple
-    #: A streaming step's first tokens kept (`convert_causal_lm(cache_window=
+    #: A streaming step's first tokens kept (`convert_causal_lm(streaming=
     #: ...)`), None for a step that stops at its cache length.
     sink_tokens: object = None
     #: The `.tflite` bytes the contract was read from (for the arena).

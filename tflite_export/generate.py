@@ -25,7 +25,6 @@ def generate_tflite(
     max_new_tokens,
     runtime="litert",
     sampling=None,
-    **keywords,
 ):
     """Prompts and new tokens `(B, P + max_new_tokens)` from a converted LM.
 
@@ -41,8 +40,7 @@ def generate_tflite(
             unsupported op cannot take down with the caller).
         sampling: a `keras_posenc.generation.Sampling`, as `generate` takes
             it (with TFLM, a `Sampler`'s class must be importable: it crosses
-            to a child process).
-        **keywords: the old sampling keywords (`sampler=`, `seed=`, ...).
+            to a child process). Defaults to `None` (greedy).
 
     Returns:
         An int32 NumPy array, laid out as `CausalLM.generate`'s.
@@ -51,7 +49,7 @@ def generate_tflite(
         _fail("model_bytes", "bytes of a .tflite model", type(model_bytes).__name__)
     if runtime not in RUNTIMES:
         _fail("runtime", f"one of {RUNTIMES}", runtime)
-    sampling = generation.sampling_from(sampling, **keywords)
+    sampling = generation.sampling_from(sampling)
     prompts, lengths = generation.check_prompts(prompt_ids, sampling.pad_token_id)
     options = sampling.options(max_new_tokens)
     capacity, vocab_size, signatures, streams = _model_facts(model_bytes)
@@ -78,7 +76,8 @@ def generate_tflite(
         )
     if runtime == "tflm":
         return tflm_generation(model_bytes, prompts, lengths, options)
-    return decode_rows(Decoder(model_bytes, "litert"), prompts, lengths, options)
+    decoder = Decoder(model_bytes, "litert")
+    return decode_rows(decoder, prompts, lengths, max_new_tokens, sampling)
 
 
 def teacher_forced_logits(model_bytes, token_ids, runtime="litert"):
@@ -139,10 +138,10 @@ def forced_logits(decoder, rows):
     return np.stack(found).astype(np.float32)
 
 
-def decode_rows(decoder, prompts, lengths, options):
-    """Runs the decoding loop row by row (batch-1 models)."""
-    total = prompts.shape[1] + options["max_new_tokens"]
-    out = np.full((len(prompts), total), options["pad_token_id"], np.int32)
+def decode_rows(decoder, prompts, lengths, max_new_tokens, sampling):
+    """Runs the decoding loop row by row (batch-1 models) with a `Sampling`."""
+    total = prompts.shape[1] + max_new_tokens
+    out = np.full((len(prompts), total), sampling.pad_token_id, np.int32)
     for b, length in enumerate(lengths):
         decoder.reset()
         row = generation.generate_tokens(
@@ -150,8 +149,9 @@ def decode_rows(decoder, prompts, lengths, options):
             decoder.step,
             prompts[b : b + 1, :length],
             lengths[b : b + 1],
+            max_new_tokens,
+            sampling,
             rows=(b,),  # the row's own random stream, as in CausalLM.generate
-            **options,
         )
         out[b, : row.shape[1]] = row[0]
     return out

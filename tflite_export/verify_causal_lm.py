@@ -127,7 +127,7 @@ def verify_causal_lm(model_bytes, keras_model, token_ids):
     half = max(1, ids.shape[1] // 2)
     prompts, new = ids[:, :half], ids.shape[1] - half
     lengths = np.full(len(ids), half, np.int32)
-    options = generation.sampling_options(new)
+    options = generation.Sampling().options(new)
     tflm = tflm_generation(model_bytes, prompts, lengths, options)
     arena = measure_arena(model_bytes)
     report.arena_bytes, report.arena_bytes_32bit = arena.bytes, arena.bytes_32bit

@@ -180,8 +180,11 @@ def train(position, train_ids, length, steps, batch_size=32, seed=0, **model_kwa
         `(model, seconds spent in fit)`.
     """
     keras.utils.set_random_seed(seed)
-    options = dict(hidden_dim=64, num_layers=2, num_heads=4, max_length=8 * length)
+    options = dict(hidden_dim=64, num_layers=2, num_heads=4)
     options.update(model_kwargs)
+    position_options = {"max_length": 8 * length}  # reads 8x its training length
+    position_options.update(model_kwargs.get("position_options") or {})
+    options["position_options"] = position_options
     model = models.build_causal_lm(VOCAB_SIZE, position=position, **options)
     model.compile(
         keras.optimizers.Adam(keras.optimizers.schedules.CosineDecay(3e-3, steps)),

@@ -61,7 +61,11 @@ def digits_classifier(
 
 #: The counting LM's builder arguments (`counting_lm`).
 COUNTING_LM = dict(
-    vocab_size=24, hidden_dim=32, num_layers=2, num_heads=4, max_length=32
+    vocab_size=24,
+    hidden_dim=32,
+    num_layers=2,
+    num_heads=4,
+    position_options={"max_length": 32},
 )
 
 
@@ -78,6 +82,10 @@ def counting_lm(position, steps=300, seed=0, length=16, **builder_kwargs):
     keras.utils.set_random_seed(seed)
     arguments = dict(COUNTING_LM, position=position)
     arguments.update(builder_kwargs)
+    arguments["position_options"] = {
+        **COUNTING_LM["position_options"],
+        **(builder_kwargs.get("position_options") or {}),
+    }
     model = models.build_causal_lm(**arguments)
     model.compile(
         keras.optimizers.Adam(3e-3),

@@ -1,7 +1,7 @@
 """Argument and call checks of `RelativeMultiHeadAttention`, before any work.
 
-`check_arguments` validates the constructor's arguments (the old keywords
-forwarded into their one home); `AttentionChecks._check_call` refuses calls
+`check_arguments` validates the constructor's arguments, each in its one
+form; `AttentionChecks._check_call` refuses calls
 the layer cannot honour (`docs/attention.md` is the table of which path takes
 which argument).
 """
@@ -31,92 +31,42 @@ ARGUMENTS = (
     "rotary",
     "quantize",
     "contextual_position",
+    "attention_window",
+    "num_key_value_heads",
     "attention_options",
 )
-#: What `attention_options` holds: the pattern, LSH's hashing, and the key
-#: and value heads of grouped-query attention.
-ATTENTION_KEYS = (
-    "attention_window",
-    "attention_type",
-    *LSH_OPTIONS,
-    "num_key_value_heads",
-)
+#: What `attention_options` holds: the LSH concern, its type and its hashing.
+ATTENTION_KEYS = ("attention_type", *LSH_OPTIONS)
 #: The attention options, as attributes of the layer.
-LSH_FIELDS = ("attention_window", "attention_type", *LSH_OPTIONS)
-OPTION_FIELDS = (*LSH_FIELDS, "num_key_value_heads")
+LSH_FIELDS = ("attention_type", *LSH_OPTIONS)
 
 
-def check_arguments(overrides_attention, kwargs, arguments):
-    """`{name: checked value}` of the layer's arguments, and the attention
-    options as attributes (`attention_window`, `attention_type`, LSH's
-    `num_hashes`, `bucket_size`, `hash_seed`); the old keywords
-    (`attention_window=`, ..., `quantize_cache=`) are taken out of `kwargs`.
-    `overrides_attention`: the class overrides `compute_attention`;
-    `arguments`: `{name: value}` of the constructor's `ARGUMENTS`."""
-    (
-        num_heads,
-        key_dim,
-        value_dim,
-        output_dim,
-        dropout,
-        use_bias,
-        position_bias,
-        rotary,
-        quantize,
-        contextual_position,
-        attention_options,
-    ) = (arguments[name] for name in ARGUMENTS)
-    # The old keywords, forwarded into their one home.
-    if attention_options is not None and not isinstance(attention_options, dict):
-        raise TypeError(
-            "`attention_options` must be a dict or None. "
-            f"Received: {attention_options!r}"
-        )
-    given = dict(attention_options or {})
-    for key in ATTENTION_KEYS:
-        if key in kwargs:
-            if key in given:
-                _checks.fail(key, "given once (also in attention_options)", kwargs[key])
-            given[key] = kwargs.pop(key)
-    unknown = sorted(set(given) - set(ATTENTION_KEYS))
-    if unknown:
-        _checks.fail(
-            "attention_options",
-            f"a dict of {', '.join(ATTENTION_KEYS)}",
-            attention_options,
-            fix=f"Unknown keys: {unknown}",
-        )
-    attention_window = given.get("attention_window")
-    attention_type = given.get("attention_type", "dense")
-    lsh_options = {k: given[k] for k in LSH_OPTIONS if k in given} or None
-    if kwargs.pop("quantize_cache", False):
-        if quantize is not True:
-            _checks.fail(
-                "quantize_cache",
-                "False unless quantize=True (it is quantize='cache' now)",
-                True,
-                fix=f"Received quantize={quantize!r}",
-            )
-        quantize = "cache"
-    num_heads = _checks.positive_int("num_heads", num_heads)
-    key_dim = _checks.positive_int("key_dim", key_dim)
-    value_dim = _checks.positive_int("value_dim", value_dim, allow_none=True)
-    output_dim = _checks.positive_int("output_dim", output_dim, allow_none=True)
-    dropout = _checks.rate("dropout", dropout)
-    use_bias = _checks.boolean("use_bias", use_bias)
-    attention_window = _checks.positive_int(
-        "attention_window", attention_window, allow_none=True
-    )
-    position_bias = optional_layer("position_bias", position_bias)
-    check_heads("position_bias", position_bias, num_heads)
-    rotary = optional_layer("rotary", rotary, RotaryEmbedding)
+def check_arguments(overrides_attention, arguments):
+    """`{name: checked value}` of the layer's `ARGUMENTS`, and the LSH options
+    as attributes (`attention_type`, `num_hashes`, `bucket_size`,
+    `hash_seed`). `overrides_attention`: the class overrides
+    `compute_attention`; `arguments`: `{name: value}` of the constructor's
+    `ARGUMENTS`."""
+    given = {name: arguments[name] for name in ARGUMENTS}
+    checked = {
+        "num_heads": _checks.positive_int("num_heads", given["num_heads"]),
+        "key_dim": _checks.positive_int("key_dim", given["key_dim"]),
+        "dropout": _checks.rate("dropout", given["dropout"]),
+        "use_bias": _checks.boolean("use_bias", given["use_bias"]),
+    }
+    for name in ("value_dim", "output_dim", "attention_window"):
+        checked[name] = _checks.positive_int(name, given[name], allow_none=True)
+    heads = checked["num_heads"]
+    position_bias = optional_layer("position_bias", given["position_bias"])
+    check_heads("position_bias", position_bias, heads)
+    rotary = optional_layer("rotary", given["rotary"], RotaryEmbedding)
+    quantize = given["quantize"]
     if quantize not in (False, True, "cache"):
         _checks.fail("quantize", "False, True or 'cache'", quantize)
-    quantize_cache = quantize == "cache"
     if quantize and rotary is not None:
-        _rope_checks.check_quantized_rotary(rotary, key_dim)
+        _rope_checks.check_quantized_rotary(rotary, checked["key_dim"])
     contextual_position = optional_layer(
-        "contextual_position", contextual_position, ContextualPosition
+        "contextual_position", given["contextual_position"], ContextualPosition
     )
     if contextual_position is not None and quantize:
         _checks.fail(
@@ -124,11 +74,15 @@ def check_arguments(overrides_attention, kwargs, arguments):
             "None with `quantize=True` (it counts over the logits in float)",
             contextual_position,
         )
+    options = lsh_options(given["attention_options"])
     lsh = check_lsh(
-        attention_type,
+        options.get("attention_type", "dense"),
         dict(
-            **check_attention_options(attention_type, lsh_options),
-            attention_window=attention_window,
+            **check_attention_options(
+                options.get("attention_type", "dense"),
+                {k: options[k] for k in LSH_OPTIONS if k in options} or None,
+            ),
+            attention_window=checked["attention_window"],
             quantize=quantize,
             contextual_position=contextual_position,
         ),
@@ -137,16 +91,43 @@ def check_arguments(overrides_attention, kwargs, arguments):
     attention_type, num_hashes, bucket_size, hash_seed = lsh
     check_logit_reader(position_bias, quantize, attention_type, overrides_attention)
     if attention_type == "lsh":  # the hashing in force, written out
-        given.update(
+        options.update(
             num_hashes=num_hashes, bucket_size=bucket_size, hash_seed=hash_seed
         )
-    given["attention_window"] = attention_window  # checked
-    num_key_value_heads = check_key_value_heads(
-        given.get("num_key_value_heads"), num_heads, attention_type
+    checked.update(
+        position_bias=position_bias,
+        rotary=rotary,
+        quantize=quantize,
+        contextual_position=contextual_position,
+        num_key_value_heads=check_key_value_heads(
+            given["num_key_value_heads"], heads, attention_type
+        ),
+        attention_options=options or None,
+        attention_type=attention_type,
+        num_hashes=num_hashes,
+        bucket_size=bucket_size,
+        hash_seed=hash_seed,
     )
-    attention_options = {k: v for k, v in given.items() if v is not None} or None
-    checked = locals()
-    return {name: checked[name] for name in ARGUMENTS + OPTION_FIELDS}
+    return checked
+
+
+def lsh_options(attention_options):
+    """`attention_options` as a new dict of `ATTENTION_KEYS`, or the error."""
+    if attention_options is not None and not isinstance(attention_options, dict):
+        _checks.fail(
+            "attention_options", "a dict or None", attention_options, error=TypeError
+        )
+    options = dict(attention_options or {})
+    unknown = sorted(set(options) - set(ATTENTION_KEYS))
+    if unknown:
+        _checks.fail(
+            "attention_options",
+            f"a dict of {', '.join(ATTENTION_KEYS)} (the LSH concern)",
+            attention_options,
+            fix=f"Unknown keys: {unknown}; attention_window and "
+            "num_key_value_heads are keywords of their own",
+        )
+    return options
 
 
 def check_logit_reader(position_bias, quantize, attention_type, overrides_attention):

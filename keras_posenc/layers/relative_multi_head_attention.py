@@ -28,6 +28,7 @@ from keras_posenc.layers._attention_checks import (  # noqa: F401 (re-exported)
     AttentionChecks,
     check_arguments,
     check_key_value_heads,
+    lsh_options,
 )
 from keras_posenc.layers._cached_decoding import CACHE_POINTS, CachedDecoding, _plus
 from keras_posenc.layers._local_attention import LocalAttention
@@ -77,9 +78,8 @@ class RelativeMultiHeadAttention(
     them); the logits `(B, N, T, S)` get the bias of `position_bias` (any
     producer of the bias contract) and an optional call-time `attention_bias`;
     masked keys get exactly zero weight; softmax runs in float32. Dense,
-    block-local (`attention_window`), LSH (`attention_type="lsh"`), both in
-    `attention_options`, or cached
-    (`cache=`): which arguments each path takes is one table,
+    block-local (`attention_window`), LSH (`attention_options={"attention_type":
+    "lsh"}`) or cached (`cache=`): which arguments each path takes is one table,
     `docs/attention.md`. Built from Dense, transposes and batched matmuls, it
     exports to full-int8 TFLite (but LSH, which sorts). A subclass changes the
     computation by overriding `compute_attention` (`docs/attention.md`).
@@ -105,9 +105,13 @@ class RelativeMultiHeadAttention(
             values, as a decoding export's int8 cache). Defaults to `False`.
         contextual_position: a `ContextualPosition` (CoPE), a term computed
             from the scaled queries and the logits. Defaults to `None`.
-        attention_options: dict of `attention_window` (block W), `attention_type`, LSH's
-            `num_hashes`, `bucket_size`, `hash_seed`, `num_key_value_heads`
-            (grouped-query); each a keyword too. Defaults to `None`.
+        attention_window: int or None, block-local attention in blocks of
+            W (each sees its block and both neighbours). Defaults to `None`.
+        num_key_value_heads: int or None, grouped-query attention's key and
+            value heads (a divisor of `num_heads`). Defaults to `None`.
+        attention_options: dict of the LSH concern, `attention_type`
+            (`"dense"` or `"lsh"`) and LSH's `num_hashes`, `bucket_size`,
+            `hash_seed`. Defaults to `None` (dense).
 
     Call arguments:
         query: tensor `(B, T, Dq)`.
@@ -161,6 +165,8 @@ class RelativeMultiHeadAttention(
         rotary=None,
         quantize=False,
         contextual_position=None,
+        attention_window=None,
+        num_key_value_heads=None,
         attention_options=None,
         **kwargs,
     ):
@@ -168,7 +174,6 @@ class RelativeMultiHeadAttention(
         checked = check_arguments(
             type(self).compute_attention
             is not RelativeMultiHeadAttention.compute_attention,
-            kwargs,
             {name: given[name] for name in ARGUMENTS},
         )
         super().__init__(**kwargs)
@@ -324,6 +329,8 @@ class RelativeMultiHeadAttention(
                 "rotary": serialize_layer(self.rotary),
                 "quantize": self.quantize,
                 "contextual_position": serialize_layer(self.contextual_position),
+                "attention_window": self.attention_window,
+                "num_key_value_heads": self.num_key_value_heads,
                 "attention_options": self.attention_options,
             }
         )

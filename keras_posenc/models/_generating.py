@@ -101,33 +101,32 @@ class Generating:
         """
         self.__dict__.pop("_generation_functions", None)
 
-    def check_streaming(self, streaming, sink_tokens=None):
+    def check_streaming(self, streaming):
         """`(sink_tokens, slots)` of a rolling cache, or the error naming why not.
 
-        `streaming` is a `keras_posenc.generation.Streaming` (or its old
-        form, `cache_window` and `sink_tokens`); refused for a model whose
+        `streaming` is a `keras_posenc.generation.Streaming`; refused for a
+        model whose
         positions a rolling cache cannot hold
         (`TransformerStack.streaming_blocker`: absolute encodings such as
         `learned`, generators, the recursive stream, gated fusion, a shared
         bias, CoPE, block-local windows, length-dependent rotary types,
         quantize=True).
         """
-        if not isinstance(streaming, generation.Streaming):
-            streaming = generation.streaming_from(None, streaming, sink_tokens)
+        streaming = generation.streaming_from(streaming)
         cache_window, sink_tokens = streaming.cache_window, streaming.sink_tokens
         blocker = self._parts.stack.streaming_blocker()
         if blocker is not None:
             _checks.fail(
-                "cache_window",
+                "streaming",
                 "None for this model: a rolling cache keeps positions inside "
                 f"the cache, which {blocker} cannot read",
-                cache_window,
+                streaming,
                 fix="Stream with a method whose positions live in the attention "
                 f"({', '.join(capabilities.streaming_methods())})",
             )
         return sink_tokens, sink_tokens + cache_window
 
-    def score(self, token_ids, streaming=None, jit_compile=False, **keywords):
+    def score(self, token_ids, streaming=None, jit_compile=False):
         """Log-probability of each next token, `(B, T - 1)` float32 NumPy.
 
         Entry `[b, t]` is `log p(token_ids[b, t + 1] | token_ids[b, :t + 1])`
@@ -142,12 +141,8 @@ class Generating:
             token_ids: int array `(B, T)`, `T >= 2`, ids in `[0, vocab_size)`.
             streaming: None, or a `keras_posenc.generation.Streaming`.
             jit_compile: bool, compile the streaming loop with XLA.
-            **keywords: the old `cache_window=` and `sink_tokens=`.
         """
-        unknown = sorted(set(keywords) - set(generation.STREAMING_KEYWORDS))
-        if unknown:
-            raise TypeError(f"Unexpected keyword arguments {unknown}")
-        streaming = generation.streaming_from(streaming, **keywords)
+        streaming = generation.streaming_from(streaming)
         tokens = np.asarray(token_ids)
         if tokens.ndim != 2 or not np.issubdtype(tokens.dtype, np.integer):
             _checks.fail(
@@ -194,7 +189,6 @@ class Generating:
         use_cache=True,
         jit_compile=False,
         compiled_loop=None,
-        **keywords,
     ):
         """Prompts followed by generated tokens, `(B, P + max_new_tokens)`.
 
@@ -211,8 +205,8 @@ class Generating:
                 continues right after its own prompt, at its true positions).
             max_new_tokens: int >= 1, new tokens per row.
             sampling: a `keras_posenc.generation.Sampling` (sampler,
-                temperature, top-k/p, seed, stop and pad tokens), or a
-                sampler name or `Sampler`. Defaults to greedy.
+                temperature, top-k/p, seed, stop and pad tokens), or None
+                (greedy).
             streaming: a `keras_posenc.generation.Streaming`: decode through
                 a rolling cache with attention sinks, past `max_length` at
                 fixed memory (`check_streaming` says which models can).
@@ -222,20 +216,12 @@ class Generating:
             compiled_loop: None (the compiled loop when the sampler has
                 `compiled_next_tokens`), True, or False (a Python loop
                 calling one compiled step per token).
-            **keywords: the options' old keywords (`sampler=`,
-                `temperature=`, `top_k=`, `top_p=`, `seed=`,
-                `stop_token_ids=`, `pad_token_id=`, `cache_window=`,
-                `sink_tokens=`), forwarded into the objects.
 
         Returns:
             An int32 NumPy array `(B, P + max_new_tokens)`.
         """
-        streaming = generation.streaming_from(
-            streaming,
-            keywords.pop("cache_window", None),
-            keywords.pop("sink_tokens", None),
-        )
-        sampling = generation.sampling_from(sampling, **keywords)
+        streaming = generation.streaming_from(streaming)
+        sampling = generation.sampling_from(sampling)
         pad_token_id = sampling.pad_token_id
         prompts, lengths = generation.check_prompts(prompt_ids, pad_token_id)
         generation.check_vocabulary(prompts, lengths, self._lm_config["vocab_size"])
@@ -330,4 +316,6 @@ class Generating:
         prefill, step = _steps.decoding_steps(
             self, batch, total, use_cache, jit_compile
         )
-        return generation.generate_tokens(prefill, step, prompts, lengths, **options)
+        return generation.generate_tokens(
+            prefill, step, prompts, lengths, options["max_new_tokens"], sampling
+        )

@@ -103,9 +103,7 @@ def capabilities(method):
 def _builds_grouped_query(method):
     """Whether the stack of `method` takes `num_key_value_heads` (it checks)."""
     try:
-        TransformerStack(
-            method, 8, 1, 2, causal=True, attention_options={"num_key_value_heads": 1}
-        )
+        TransformerStack(method, 8, 1, 2, causal=True, num_key_value_heads=1)
     except ValueError:
         return False
     return True

@@ -10,7 +10,7 @@ from keras_posenc.layers.quantized_dense import QuantizedDense
 from keras_posenc.layers.rotary_embedding import RotaryEmbedding
 from keras_posenc.layers.token_embedding import TokenEmbedding
 from keras_posenc.models._generating import MAX_COMPILED_STEPS, Generating
-from keras_posenc.models.options import DEFAULT_MAX_LENGTH, grouped_options
+from keras_posenc.models.options import DEFAULT_MAX_LENGTH
 from keras_posenc.models.packed import SegmentIdsCheck
 from keras_posenc.models.stack import (
     TransformerStack,
@@ -54,18 +54,19 @@ class CausalLM(SegmentIdsCheck, Generating, keras.Model):
         position_options: dict, as in `build_encoder` (`max_length`: the
             longest text `"learned"` reads or generates; look-ahead options
             refused). Defaults to `None`.
-        attention_options: dict, the attention concern: `attention_window` (block-local;
-            generation keeps the band), `num_key_value_heads` (grouped-query: a
-            cache of that many key heads). Defaults to `None`.
+        attention_options: dict, the LSH concern as in `build_encoder`
+            (causal LMs refuse LSH). Defaults to `None`.
         quantize: bool, quantization-aware training of every tensor the int8
             export rounds (`tflite_export.quantize_aware`), or `"int4"`: with
             4-bit kernels (`mode="int4"`). Defaults to `False`.
         packed: bool, train on packed rows `{"token_ids", "segment_ids"}`
             (`language_modeling.pack`): each document reads as alone
             (`docs/language_models.md`). Defaults to `False`.
-        **kwargs: `name` (default `"causal_lm"`), `trainable`, and the old keywords
-            (`max_length`, `attention_window`, `share_position_bias`,
-            `num_key_value_heads`, ...), forwarded into the option dicts.
+        attention_window: int or None, block-local attention in blocks of W
+            (generation keeps the band). Defaults to `None`.
+        num_key_value_heads: int or None, grouped-query attention: a cache
+            of that many key and value heads. Defaults to `None`.
+        **kwargs: `name` (default `"causal_lm"`) and `trainable`.
 
     Example:
 
@@ -90,64 +91,59 @@ class CausalLM(SegmentIdsCheck, Generating, keras.Model):
         attention_options=None,
         quantize=False,
         packed=False,
+        attention_window=None,
+        num_key_value_heads=None,
         **kwargs,
     ):
         name = kwargs.pop("name", "causal_lm")
         keras_keywords = {k: kwargs.pop(k) for k in ("trainable",) if k in kwargs}
-        try:
-            position_options, attention_options = grouped_options(
-                position_options, attention_options, kwargs
-            )
-        except TypeError as error:  # keras.Model would ignore a misspelled one
+        if kwargs:  # keras.Model would ignore a misspelled one
             raise TypeError(
-                f"CausalLM got an unexpected keyword argument: {error}. It takes "
-                "the arguments of build_causal_lm (vocab_size, hidden_dim, ...). "
-                f"Received: {', '.join(f'{k}={v!r}' for k, v in kwargs.items())}"
-            ) from None
-        max_length = position_options.get("max_length", DEFAULT_MAX_LENGTH)
+                f"CausalLM got unexpected keyword arguments {sorted(kwargs)}. It "
+                "takes the arguments of build_causal_lm (vocab_size, hidden_dim, "
+                "..., position_options, attention_options, attention_window, "
+                "num_key_value_heads)"
+            )
         if not (isinstance(quantize, bool) or quantize == "int4"):
             _checks.fail(
                 "quantize",
                 "False, True (int8) or 'int4' (4-bit kernels, int8 activations)",
                 quantize,
             )
-        config = {
-            "vocab_size": _checks.positive_int("vocab_size", vocab_size),
-            "sequence_length": check_sequence_length(
-                position, sequence_length, max_length
-            ),
-            "hidden_dim": int(hidden_dim),
-            "num_layers": int(num_layers),
-            "num_heads": int(num_heads),
-            "dropout": float(dropout),
-            "position": position,
-            "position_options": position_options or None,
-            "attention_options": attention_options or None,
-            "quantize": quantize,
-            "packed": _checks.boolean("packed", packed),
-        }
+        vocab_size = _checks.positive_int("vocab_size", vocab_size)
         # Every QuantizedDense made here rounds its kernel to the LM's width.
         with ops.quantization.kernel_bits(4 if quantize == "int4" else 8):
-            stack = TransformerStack(
+            stack = TransformerStack(  # checks every option, once
                 position,
                 hidden_dim,
                 num_layers,
                 num_heads,
                 dropout,
-                position_options=dict(position_options),
-                attention_options=dict(attention_options),
+                position_options=position_options,
+                attention_options=attention_options,
                 causal=True,
                 quantize=bool(quantize),
+                attention_window=attention_window,
+                num_key_value_heads=num_key_value_heads,
             )
-            rounding = {"quantize": True} if quantize else {}
-            embedding = TokenEmbedding(
-                vocab_size, hidden_dim, name="embedding", **rounding
-            )
-            head = (QuantizedDense if quantize else keras.layers.Dense)(
-                vocab_size, name="logits"
-            )
-            inputs, tokens, segments = packed_inputs(config["sequence_length"], packed)
-            logits = head(stack.forward(embedding(tokens), segment_ids=segments))
+            config = {
+                "vocab_size": vocab_size,
+                "sequence_length": check_sequence_length(
+                    position, sequence_length, stack.max_length
+                ),
+                "hidden_dim": int(hidden_dim),
+                "num_layers": int(num_layers),
+                "num_heads": int(num_heads),
+                "dropout": float(dropout),
+                "position": position,
+                "position_options": dict(position_options or {}) or None,
+                "attention_options": dict(attention_options or {}) or None,
+                "quantize": quantize,
+                "packed": _checks.boolean("packed", packed),
+                "attention_window": attention_window,
+                "num_key_value_heads": num_key_value_heads,
+            }
+            inputs, logits, embedding, head = _language_model(stack, config)
         super().__init__(inputs, logits, name=name, **keras_keywords)
         # Plain attributes (already tracked by the functional graph).
         self._parts = types.SimpleNamespace(stack=stack, embedding=embedding, head=head)
@@ -298,6 +294,21 @@ class CausalLM(SegmentIdsCheck, Generating, keras.Model):
             x, list(cache), cache_update_index, sink_tokens=sink_tokens
         )
         return parts.head(x), cache
+
+
+def _language_model(stack, config):
+    """`(inputs, logits, embedding, head)`: tokens through the embedding, the
+    stack and the head, as `config` (a `CausalLM`'s) says."""
+    rounding = {"quantize": True} if config["quantize"] else {}
+    vocab_size, width = config["vocab_size"], config["hidden_dim"]
+    embedding = TokenEmbedding(vocab_size, width, name="embedding", **rounding)
+    dense = QuantizedDense if config["quantize"] else keras.layers.Dense
+    head = dense(vocab_size, name="logits")
+    inputs, tokens, segments = packed_inputs(
+        config["sequence_length"], config["packed"]
+    )
+    logits = head(stack.forward(embedding(tokens), segment_ids=segments))
+    return inputs, logits, embedding, head
 
 
 def build_causal_lm(vocab_size, **kwargs):

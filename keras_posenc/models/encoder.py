@@ -10,7 +10,6 @@ from keras_posenc._compat import keras
 from keras_posenc.layers.mean_pooling import MeanPooling
 from keras_posenc.layers.token_embedding import TokenEmbedding
 from keras_posenc.models.methods import METHODS
-from keras_posenc.models.options import DEFAULT_MAX_LENGTH, grouped_options
 from keras_posenc.models.packed import PackedModel
 from keras_posenc.models.stack import (
     TransformerStack,
@@ -45,7 +44,9 @@ def build_encoder(
     attention_options=None,
     mask_zero=False,
     packed=False,
-    **keywords,
+    attention_window=None,
+    num_key_value_heads=None,
+    name="encoder",
 ):
     """A Transformer encoder `(B, T) or (B, T, input_dim) -> (B, T, hidden_dim)`.
 
@@ -66,28 +67,35 @@ def build_encoder(
         position_options: dict of the method's layers' options
             (`METHODS[position].options`), `max_length` (512), `grid_shape`
             and `share_position_bias` (`docs/layers.md`). Defaults to `None`.
-        attention_options: dict of `attention_window`, `attention_type`, LSH's
-            options and `num_key_value_heads`, as the attention takes it
-            (`docs/attention.md`). Defaults to `None` (dense).
+        attention_options: dict of the LSH concern, `attention_type` and
+            LSH's hashing, as the attention takes it (`docs/attention.md`).
+            Defaults to `None` (dense).
         mask_zero: bool, token 0 is padding (a Keras mask). Defaults to `False`.
         packed: bool, the model takes packed rows `{"token_ids",
             "segment_ids"}` (with `vocab_size`, without a grid): each
             document reads as alone; not with LSH. Defaults to `False`.
-        **keywords: `name` (default `"encoder"`), and the old keywords
-            (`max_length`, `grid_shape`, `share_position_bias`,
-            `attention_window`, `attention_type`), forwarded into the dicts.
+        attention_window: int or None, block-local attention in blocks of W.
+            Defaults to `None`.
+        num_key_value_heads: int or None, grouped-query attention's key and
+            value heads. Defaults to `None`.
+        name: str, the model's name. Defaults to `"encoder"`.
 
     Returns:
         A functional `keras.Model`.
     """
-    _checks.choice("position", position, tuple(METHODS))
-    name = keywords.pop("name", "encoder")
-    position_options, attention_options = grouped_options(
-        position_options, attention_options, keywords
+    stack = TransformerStack(  # checks every option, once
+        position,
+        hidden_dim,
+        num_layers,
+        num_heads,
+        dropout,
+        position_options=position_options,
+        attention_options=attention_options,
+        attention_window=attention_window,
+        num_key_value_heads=num_key_value_heads,
     )
-    attention_type = attention_options.get("attention_type", "dense")
-    max_length = position_options.get("max_length", DEFAULT_MAX_LENGTH)
-    grid_shape = position_options.get("grid_shape")
+    attention_type = (attention_options or {}).get("attention_type", "dense")
+    grid_shape = (position_options or {}).get("grid_shape")
     if (vocab_size is None) == (input_dim is None):
         _checks.fail(
             "vocab_size",
@@ -105,16 +113,7 @@ def build_encoder(
             fix="Train LSH attention on one document per row, or use "
             "attention_type='dense' (attention_window=W for long rows)",
         )
-    stack = TransformerStack(
-        position,
-        hidden_dim,
-        num_layers,
-        num_heads,
-        dropout,
-        position_options=position_options,
-        attention_options=attention_options,
-    )
-    sequence_length = check_sequence_length(position, sequence_length, max_length)
+    sequence_length = check_sequence_length(position, sequence_length, stack.max_length)
     if _checks.boolean("packed", packed) and (vocab_size is None or grid_shape):
         _checks.fail(
             "packed",

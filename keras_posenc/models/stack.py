@@ -9,6 +9,8 @@ causally, on whole sequences (training) or on new tokens against caches
 (decoding), so the training graph and the decoding step share one definition.
 """
 
+import types
+
 import tensorflow as tf
 
 from keras_posenc import _checks, ops
@@ -39,7 +41,7 @@ from keras_posenc.models.methods import (
     QUANTIZED_METHODS,
     SHARED_BIAS_METHODS,
 )
-from keras_posenc.models.options import DEFAULT_MAX_LENGTH, grouped_options
+from keras_posenc.models.options import DEFAULT_MAX_LENGTH, checked_options
 
 
 class TransformerStack:
@@ -57,15 +59,14 @@ class TransformerStack:
         position_options: dict or None, as `build_encoder` takes it (the
             method's options, `max_length`, `grid_shape`,
             `share_position_bias`).
-        attention_options: dict or None, as the attention takes it (`attention_window`,
-            `attention_type`, LSH's options, `num_key_value_heads`).
+        attention_options: dict or None, the LSH concern as the attention
+            takes it (`attention_type`, LSH's hashing).
         causal: bool, no position reads a later one (decoders).
         quantize: bool, every layer fake-quantizes what int8 TFLite rounds
             (quantization-aware training), caches too in a causal stack. For
             `QUANTIZED_METHODS`, dense or block-local.
-        **keywords: the old keywords (`max_length`, `grid_shape`,
-            `share_position_bias`, `attention_window`, `attention_type`),
-            forwarded into the two option dicts.
+        attention_window: int or None, block-local attention's W.
+        num_key_value_heads: int or None, grouped-query attention's heads.
     """
 
     def __init__(
@@ -79,165 +80,104 @@ class TransformerStack:
         attention_options=None,
         causal=False,
         quantize=False,
-        **keywords,
+        attention_window=None,
+        num_key_value_heads=None,
     ):
-        if isinstance(position_options, int) and not isinstance(position_options, bool):
-            keywords["max_length"] = position_options  # the old 6th argument
-            position_options = None
-        position_options, attention_options = grouped_options(
-            position_options, attention_options, keywords
-        )
-        max_length = position_options.pop("max_length", DEFAULT_MAX_LENGTH)
-        grid_shape = position_options.pop("grid_shape", None)
-        share_position_bias = position_options.pop("share_position_bias", False)
-        position_options = position_options or None
-        attention_window = attention_options.pop("attention_window", None)
-        attention_type = attention_options.pop("attention_type", "dense")
-        kv_heads = attention_options.pop("num_key_value_heads", None)
-        attention_options = attention_options or None
-        method = METHODS[_checks.choice("position", position, tuple(METHODS))]
-        width = _checks.positive_int("hidden_dim", hidden_dim)
-        layers = _checks.positive_int("num_layers", num_layers)
-        heads = _checks.positive_int("num_heads", num_heads)
-        if width % heads:
-            _checks.fail("hidden_dim", f"divisible by num_heads={heads}", hidden_dim)
-        grouped = {}
-        if kv_heads is not None:
-            kv_heads = check_key_value_heads(kv_heads, heads, attention_type)
-            if method.recursive:
-                _checks.fail(
-                    "num_key_value_heads",
-                    "None for position='recursive' (its position attention has "
-                    "one head of its own)",
-                    kv_heads,
-                )
-            grouped = {"num_key_value_heads": kv_heads}
-        dropout = _checks.rate("dropout", dropout)
-        max_length = _checks.positive_int("max_length", max_length)
-        window = _checks.positive_int("attention_window", attention_window, True)
-        if grid_shape is not None and not method.takes_grid:
-            grid_methods = [n for n, m in METHODS.items() if m.takes_grid]
-            _checks.fail(
-                "grid_shape", f"None unless position is in {grid_methods}", grid_shape
-            )
-        _check_share_position_bias(
-            share_position_bias, position, method, grid_shape, window
-        )
-        quantize = _checks.boolean("quantize", quantize)
-        lsh = _check_attention_type(
-            attention_type,
-            attention_options,
+        given = _check_stack(
             position,
+            (hidden_dim, num_layers, num_heads, dropout),
+            position_options,
+            attention_options,
             dict(
-                attention_window=window,
-                share_position_bias=share_position_bias,
-                grid_shape=grid_shape,
                 causal=causal,
                 quantize=quantize,
+                attention_window=attention_window,
+                num_key_value_heads=num_key_value_heads,
             ),
         )
-        if quantize and position not in QUANTIZED_METHODS:
-            _checks.fail(
-                "quantize",
-                f"False unless position is in {list(QUANTIZED_METHODS)} (the "
-                "others' int8 rounding is not modelled yet)",
-                quantize,
-                fix=f"Received position={position!r}",
-            )
-        parts = method.resolve_options(position_options, max_length)
-        if quantize:
-            parts["sinusoid"]["quantize"] = parts["learned"]["quantize"] = True
-            parts["fusion"]["quantize"] = True
-        if causal:
-            _refuse_lookahead(parts, position, position_options)
-            if method.bias in DIRECTED_BIASES:
-                parts["bias"]["bidirectional"] = False
-            if method.static_bias in DIRECTED_BIASES:
-                parts["static"]["bidirectional"] = False
-            parts["gate"]["bidirectional"] = False
-            parts["cope"]["bidirectional"] = False
-        else:  # an encoder's CoPE counts from the query on both sides
-            parts["cope"].setdefault("bidirectional", True)
-        if window is not None:  # the gate's bias on the attention's band
-            parts["gate"]["attention_window"] = window
-        self.method, self.causal, self.num_layers = method, causal, layers
-        self.absolute = method.input_layers(parts, max_length, causal)
+        method, parts = given.method, given.parts
+        self.method, self.causal, self.num_layers = method, causal, given.layers
+        self.max_length = given.max_length
+        self.absolute = method.input_layers(parts, given.max_length, causal)
         self.combined = None
         if method.combined_input:  # the joint position-content input
             self.combined = (
                 SinusoidalPositionEncoding(
                     name="combined_positions", **parts["sinusoid"]
                 ),
-                CombinedPositionInput(name="combined_input", quantize=quantize),
+                CombinedPositionInput(name="combined_input", quantize=given.quantize),
             )
-        rounding = {"quantize": True} if quantize else {}
+        rounding = {"quantize": True} if given.quantize else {}
         self.embedding_norm = LayerNorm(name="embedding_norm", **rounding)
-        self.first = min(method.generator_from, layers - 1)  # first layer fed
+        self.first = min(method.generator_from, given.layers - 1)  # first layer fed
         self.hpn = None
         if method.generator is not None:
             self.hpn = HierarchicalPositionNetwork(
-                width,
-                layers - self.first,
+                given.width,
+                given.layers - self.first,
                 position_features=method.generator,
                 causal=causal,
-                quantize=quantize,
+                quantize=given.quantize,
                 name="position_network",
                 **parts["generator"],
             )
         self.shared_bias = None  # one producer for every attention, or None
-        if share_position_bias:
-            self.shared_bias = method.bias_layer(heads, "shared", grid_shape, parts)
-        self.gates = [method.gate_layer(heads, i, parts) for i in range(layers)]
-        self.blocks, self.norms, self.ffn = [], [], []
-        for index in range(layers):
-            if method.recursive:
-                self.blocks.append(
-                    _recursive_block(
-                        heads, width, dropout, window, parts, index, causal, quantize
-                    )
-                )
-            else:
-                self.blocks.append(
-                    RelativeMultiHeadAttention(
-                        heads,
-                        width // heads,
-                        output_dim=width,
-                        dropout=dropout,
-                        position_bias=None
-                        if self.shared_bias is not None
-                        else method.bias_layer(heads, index, grid_shape, parts),
-                        rotary=method.rotary_layer(index, grid_shape, parts),
-                        contextual_position=method.contextual_layer(index, parts),
-                        attention_window=window,
-                        name=f"attention_{index}",
-                        **lsh,
-                        **grouped,
-                        **(
-                            {"quantize": "cache" if causal else True}
-                            if quantize
-                            else {}
-                        ),
-                    )
-                )
-                self.norms.append(LayerNorm(name=f"attention_norm_{index}", **rounding))
-            dense = QuantizedDense if quantize else keras.layers.Dense
-            self.ffn.append(
-                (
-                    dense(2 * width, "relu", name=f"ffn_hidden_{index}"),
-                    dense(width, name=f"ffn_output_{index}"),
-                    keras.layers.Dropout(dropout, name=f"ffn_dropout_{index}"),
-                    LayerNorm(name=f"ffn_norm_{index}", **rounding),
-                )
-            )
+        if given.share_position_bias:
+            heads, grid = given.heads, given.grid_shape
+            self.shared_bias = method.bias_layer(heads, "shared", grid, parts)
+        self.gates = [
+            method.gate_layer(given.heads, i, parts) for i in range(given.layers)
+        ]
+        self.blocks, self.norms = self._attention_blocks(given)
+        self.ffn = [_feed_forward(given, index) for index in range(given.layers)]
         self.segment_positions = SegmentPositions(name="segment_positions")
         self.sums = {}  # quantize: one rounding layer per residual sum
-        if quantize:
+        if given.quantize:
             names = ["position_sum"] + [
                 f"{part}_sum_{index}"
-                for index in range(layers)
+                for index in range(given.layers)
                 for part in ("attention", "ffn")
             ]
             self.sums = {name: QuantizedAdd(name=name) for name in names}
+
+    def _attention_blocks(self, given):
+        """The attention (or recursive) block and its norm of every layer."""
+        method, parts, heads, width = (
+            given.method,
+            given.parts,
+            given.heads,
+            given.width,
+        )
+        blocks, norms = [], []
+        for index in range(given.layers):
+            if method.recursive:
+                blocks.append(_recursive_block(given, index))
+                continue
+            bias = None
+            if self.shared_bias is None:
+                bias = method.bias_layer(heads, index, given.grid_shape, parts)
+            rounding = {}
+            if given.quantize:
+                rounding = {"quantize": "cache" if given.causal else True}
+            blocks.append(
+                RelativeMultiHeadAttention(
+                    heads,
+                    width // heads,
+                    output_dim=width,
+                    dropout=given.dropout,
+                    position_bias=bias,
+                    rotary=method.rotary_layer(index, given.grid_shape, parts),
+                    contextual_position=method.contextual_layer(index, parts),
+                    attention_window=given.window,
+                    num_key_value_heads=given.kv_heads,
+                    attention_options=given.lsh,
+                    name=f"attention_{index}",
+                    **rounding,
+                )
+            )
+            rounding = {"quantize": True} if given.quantize else {}
+            norms.append(LayerNorm(name=f"attention_norm_{index}", **rounding))
+        return blocks, norms
 
     def conv_state(self, index):
         """Whether layer `index` keeps a causal-convolution state in the cache."""
@@ -503,37 +443,154 @@ def packed_inputs(sequence_length, packed):
     return {"token_ids": tokens, "segment_ids": segments}, tokens, segments
 
 
-def _recursive_block(heads, width, dropout, window, parts, index, causal, quantize):
-    block = dict(parts["block"])
-    if quantize:  # a causal LM's blocks also round their caches
-        block["quantize"] = "cache" if causal else True
+def _recursive_block(given, index):
+    """Layer `index`'s `RecursivePositionUpdate` (`given`: `_check_stack`'s)."""
+    block = dict(given.parts["block"])
+    if given.quantize:  # a causal LM's blocks also round their caches
+        block["quantize"] = "cache" if given.causal else True
     bias = None  # an encoder's block makes its own bidirectional T5 bias
-    if causal:
+    if given.causal:
         bias = RelativePositionBias(
             block.get("position_heads", 1),
             bidirectional=False,
             name=f"position_bias_{index}",
         )
     return RecursivePositionUpdate(
-        heads,
-        width // heads,
-        dropout=dropout,
+        given.heads,
+        given.width // given.heads,
+        dropout=given.dropout,
         position_bias=bias,
-        attention_window=window,
+        attention_window=given.window,
         name=f"recursive_{index}",
         **block,
     )
 
 
+def _feed_forward(given, index):
+    """Layer `index`'s feed-forward block: hidden, output, dropout, norm."""
+    dense = QuantizedDense if given.quantize else keras.layers.Dense
+    rounding = {"quantize": True} if given.quantize else {}
+    width = given.width
+    return (
+        dense(2 * width, "relu", name=f"ffn_hidden_{index}"),
+        dense(width, name=f"ffn_output_{index}"),
+        keras.layers.Dropout(given.dropout, name=f"ffn_dropout_{index}"),
+        LayerNorm(name=f"ffn_norm_{index}", **rounding),
+    )
+
+
+def _check_stack(position, sizes, position_options, attention_options, flags):
+    """Every argument of `TransformerStack`, checked once, as a namespace:
+    the method's row and the `parts` of its layers' options, the sizes, the
+    position keys and the attention's checked window, heads and LSH dict."""
+    position_options, attention_options = checked_options(
+        position_options, attention_options
+    )
+    method = METHODS[_checks.choice("position", position, tuple(METHODS))]
+    hidden_dim, num_layers, num_heads, dropout = sizes
+    given = types.SimpleNamespace(method=method, causal=flags["causal"])
+    given.width = _checks.positive_int("hidden_dim", hidden_dim)
+    given.layers = _checks.positive_int("num_layers", num_layers)
+    given.heads = _checks.positive_int("num_heads", num_heads)
+    if given.width % given.heads:
+        _checks.fail("hidden_dim", f"divisible by num_heads={given.heads}", hidden_dim)
+    given.dropout = _checks.rate("dropout", dropout)
+    given.quantize = _checks.boolean("quantize", flags["quantize"])
+    max_length = position_options.pop("max_length", DEFAULT_MAX_LENGTH)
+    given.max_length = _checks.positive_int("max_length", max_length)
+    given.grid_shape = position_options.pop("grid_shape", None)
+    given.share_position_bias = position_options.pop("share_position_bias", False)
+    given.window = _checks.positive_int(
+        "attention_window", flags["attention_window"], True
+    )
+    attention_type = attention_options.pop("attention_type", "dense")
+    given.kv_heads = _check_grouped(
+        flags["num_key_value_heads"], given.heads, attention_type, method
+    )
+    if given.grid_shape is not None and not method.takes_grid:
+        grid_methods = [n for n, m in METHODS.items() if m.takes_grid]
+        _checks.fail(
+            "grid_shape", f"None unless position is in {grid_methods}", given.grid_shape
+        )
+    _check_share_position_bias(
+        given.share_position_bias, position, method, given.grid_shape, given.window
+    )
+    given.lsh = _check_attention_type(
+        attention_type,
+        attention_options or None,
+        position,
+        dict(
+            attention_window=given.window,
+            share_position_bias=given.share_position_bias,
+            grid_shape=given.grid_shape,
+            causal=given.causal,
+            quantize=given.quantize,
+        ),
+    )
+    _check_quantize(given.quantize, position)
+    given.parts = _method_parts(given, position, position_options or None)
+    return given
+
+
+def _check_grouped(num_key_value_heads, heads, attention_type, method):
+    """The checked `num_key_value_heads` (None when not given)."""
+    if num_key_value_heads is None:
+        return None
+    kv_heads = check_key_value_heads(num_key_value_heads, heads, attention_type)
+    if method.recursive:
+        _checks.fail(
+            "num_key_value_heads",
+            "None for position='recursive' (its position attention has "
+            "one head of its own)",
+            kv_heads,
+        )
+    return kv_heads
+
+
+def _check_quantize(quantize, position):
+    if quantize and position not in QUANTIZED_METHODS:
+        _checks.fail(
+            "quantize",
+            f"False unless position is in {list(QUANTIZED_METHODS)} (the "
+            "others' int8 rounding is not modelled yet)",
+            quantize,
+            fix=f"Received position={position!r}",
+        )
+
+
+def _method_parts(given, position, position_options):
+    """`{part: constructor kwargs}` of the method's layers, with what the
+    stack sets itself (quantization, causality, the band)."""
+    method = given.method
+    parts = method.resolve_options(position_options, given.max_length)
+    if given.quantize:
+        parts["sinusoid"]["quantize"] = parts["learned"]["quantize"] = True
+        parts["fusion"]["quantize"] = True
+    if given.causal:
+        _refuse_lookahead(parts, position, position_options)
+        if method.bias in DIRECTED_BIASES:
+            parts["bias"]["bidirectional"] = False
+        if method.static_bias in DIRECTED_BIASES:
+            parts["static"]["bidirectional"] = False
+        parts["gate"]["bidirectional"] = False
+        parts["cope"]["bidirectional"] = False
+    else:  # an encoder's CoPE counts from the query on both sides
+        parts["cope"].setdefault("bidirectional", True)
+    if given.window is not None:  # the gate's bias on the attention's band
+        parts["gate"]["attention_window"] = given.window
+    return parts
+
+
 def _check_attention_type(attention_type, options, position, others):
-    """The checked LSH arguments of every attention (`{}` for dense)."""
+    """The attention's `attention_options`: None for dense, else the checked
+    LSH dict."""
     attention_type = _checks.choice("attention_type", attention_type, ATTENTION_TYPES)
     if attention_type == "dense":
         if options is not None:
             _checks.fail(
                 "attention_options", "None with attention_type='dense'", options
             )
-        return {}
+        return None
     if position not in LSH_METHODS:
         _checks.fail(
             "attention_type",
@@ -556,7 +613,7 @@ def _check_attention_type(attention_type, options, position, others):
                 others[name],
             )
     options = check_attention_options("lsh", options)
-    return {"attention_type": "lsh", "attention_options": options}
+    return {"attention_type": "lsh", **options}
 
 
 def _refuse_lookahead(parts, position, position_options):

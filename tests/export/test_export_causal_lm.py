@@ -5,12 +5,14 @@ import gc
 import numpy as np
 import pytest
 import tensorflow as tf
+from builders import builder_kwargs
 from kernels import fully_connected_kernels
 from marks import split_between_passes
 from ops_oracle import assert_header_lists_the_model_ops
 
 import tflite_export
 from keras_posenc import IS_KERAS_3, samplers
+from keras_posenc.generation import Sampling
 from keras_posenc.models import build_causal_lm
 from tflite_export import (
     ExportError,
@@ -32,7 +34,12 @@ PROMPTS = [[3, 1, 4, 1], [5, 9]]
 def lm(position, **kwargs):
     tf.keras.utils.set_random_seed(5)
     return build_causal_lm(
-        VOCAB, hidden_dim=16, num_layers=2, num_heads=2, position=position, **kwargs
+        VOCAB,
+        hidden_dim=16,
+        num_layers=2,
+        num_heads=2,
+        position=position,
+        **builder_kwargs(**kwargs),
     )
 
 
@@ -127,10 +134,10 @@ if IS_KERAS_3:  # the TFLite graph is the same TensorFlow ops in either mode
             model.generate(PROMPTS, 9),
         )
         # A sampler instance crosses to the TFLM child process and draws alike.
-        top_k = dict(sampler=samplers.TopKSampler(k=4, temperature=2.0), seed=3)
+        top_k = Sampling(samplers.TopKSampler(k=4, temperature=2.0), seed=3)
         np.testing.assert_array_equal(
-            generate_tflite(model_bytes, PROMPTS, 9, runtime="tflm", **top_k),
-            model.generate(PROMPTS, 9, **top_k),
+            generate_tflite(model_bytes, PROMPTS, 9, runtime="tflm", sampling=top_k),
+            model.generate(PROMPTS, 9, top_k),
         )
 
 
@@ -157,8 +164,8 @@ def test_int8_tflm_decoding_agrees_with_int8_litert(position):
     assert not float_to_integer_casts(model_bytes)
     litert = generate_tflite(model_bytes, PROMPTS, 8, runtime="litert")
     # NumPy scalars reach the TFLM worker as JSON numbers.
-    scalars = dict(temperature=np.float32(1.0), seed=np.int64(0))
-    tflm = generate_tflite(model_bytes, PROMPTS, np.int64(8), "tflm", **scalars)
+    scalars = Sampling(temperature=np.float32(1.0), seed=np.int64(0))
+    tflm = generate_tflite(model_bytes, PROMPTS, np.int64(8), "tflm", scalars)
     for row, prompt in enumerate(PROMPTS):
         tokens = litert[row, : len(prompt) + 8]  # the row's prompt and new tokens
         end = decided_length(model_bytes, tokens, len(prompt))
@@ -298,13 +305,14 @@ def small_bytes():
         ({"max_new_tokens": 6}, "max_new_tokens"),
         ({"max_new_tokens": 0}, "max_new_tokens"),
         ({"runtime": "gpu"}, "runtime"),
-        ({"sampler": "beam"}, "sampler"),
     ],
 )
 def test_bad_generation_arguments_are_refused(small_bytes, kwargs, match):
     arguments = {"prompt_ids": [[1, 2, 3]], "max_new_tokens": 2, **kwargs}
     with pytest.raises(ValueError, match=match):
         generate_tflite(small_bytes, **arguments)
+    with pytest.raises(TypeError, match="`sampling` must be None or a"):
+        generate_tflite(small_bytes, [[1, 2]], 2, sampling="beam")
 
 
 #: Length-dependent rotary types (their cos and sin are computed per step).
@@ -348,7 +356,6 @@ def test_length_dependent_sines_run_in_tflm_as_float_islands():
     [
         ({"prompt_ids": [[1, VOCAB]]}, ValueError, f"vocab_size={VOCAB}"),
         ({"prompt_ids": [[1.5, 2]]}, TypeError, "prompt_ids"),
-        ({"stop_token_ids": "12"}, TypeError, "stop_token_ids"),
         ({"runtime": "tflm"}, ValueError, "target='tflm'"),
     ],
 )
@@ -410,8 +417,12 @@ def test_seeded_sampling_of_a_batch_equals_keras_and_numpy_scalars_work():
     model_bytes = convert_causal_lm(model, calibration(), mode="float32", max_length=12)
     prompts = [[1, 2, 3]] * 3  # equal prompts draw different samples
     options = dict(sampler="top_k", top_k=np.int64(5), temperature=np.float32(2.0))
-    keras_tokens = model.generate(prompts, np.int64(6), seed=np.int64(3), **options)
-    litert = generate_tflite(model_bytes, prompts, 6, seed=3, **options)
+    keras_tokens = model.generate(
+        prompts, np.int64(6), sampling=Sampling(seed=np.int64(3), **options)
+    )
+    litert = generate_tflite(
+        model_bytes, prompts, 6, sampling=Sampling(seed=3, **options)
+    )
     np.testing.assert_array_equal(litert, keras_tokens)
     assert len({tuple(row) for row in litert}) > 1
 

@@ -1,6 +1,7 @@
 import numpy as np
 import pytest
 import tensorflow as tf
+from builders import builder_kwargs
 from layer_checks import PRODUCER_KINDS
 from marks import split_between_passes
 from ops_oracle import assert_header_lists_the_model_ops
@@ -56,7 +57,7 @@ def _classifier(position, **kwargs):
     keras.utils.set_random_seed(0)
     args = dict(vocab_size=10, hidden_dim=16, num_heads=2, num_layers=2)
     args.update(kwargs)
-    return models.build_classifier(3, position=position, **args)
+    return models.build_classifier(3, position=position, **builder_kwargs(**args))
 
 
 #: Methods with integer kernels for every op (the forgetting gate's LOG and
@@ -156,7 +157,9 @@ def test_a_calibrated_conversion_passes_on_no_warning_of_tensorflows_interpreter
     import warnings
 
     tf.keras.utils.set_random_seed(0)
-    options = dict(hidden_dim=8, num_layers=1, num_heads=2, max_length=8)
+    options = dict(
+        hidden_dim=8, num_layers=1, num_heads=2, position_options={"max_length": 8}
+    )
     model = models.build_causal_lm(11, position="alibi", **options)
     ids = np.random.default_rng(0).integers(1, 11, (2, 8))
     with warnings.catch_warnings(record=True) as caught:

@@ -5,6 +5,7 @@ import json
 import numpy as np
 import pytest
 import tensorflow as tf
+from builders import builder_kwargs
 from marks import split_between_passes
 
 from keras_posenc.generation import Streaming
@@ -31,7 +32,12 @@ def ascii_lm(position, **options):
     varied text that decodes as ASCII (the engine returns text)."""
     tf.keras.utils.set_random_seed(1)
     model = build_causal_lm(
-        VOCAB, hidden_dim=32, num_layers=2, num_heads=2, position=position, **options
+        VOCAB,
+        hidden_dim=32,
+        num_layers=2,
+        num_heads=2,
+        position=position,
+        **builder_kwargs(**options),
     )
     bias = np.full(VOCAB, -30.0, np.float32)
     bias[97:123] = bias[32] = 0.0

@@ -17,8 +17,7 @@ def _lsh_classifier():
         hidden_dim=8,
         num_heads=2,
         num_layers=1,
-        attention_type="lsh",
-        attention_options={"bucket_size": 4},
+        attention_options={"bucket_size": 4, "attention_type": "lsh"},
     )
 
 

@@ -6,7 +6,9 @@ import pytest
 import tflite_export
 from keras_posenc import IS_KERAS_3, models
 
-SMALL = dict(hidden_dim=8, num_heads=2, num_layers=2, max_length=32)
+SMALL = dict(
+    hidden_dim=8, num_heads=2, num_layers=2, position_options={"max_length": 32}
+)
 
 
 if IS_KERAS_3:  # one pass: the decode step's graph is the same ops in both

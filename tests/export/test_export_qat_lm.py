@@ -42,9 +42,9 @@ def trained_qat(
         num_layers=layers,
         num_heads=2,
         position=position,
-        max_length=32,
         attention_window=window,
         **options,
+        position_options={"max_length": 32},
     )
     x = counting(320)
     compile_built(model, 3e-3)

@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 import tensorflow as tf
+from builders import builder_kwargs
 from marks import split_between_passes
 from ops_oracle import assert_header_lists_the_model_ops
 
@@ -28,7 +29,9 @@ WINDOW, SINKS = 5, 2  # a cache of 7 slots
 def lm(position, **kwargs):
     tf.keras.utils.set_random_seed(5)
     options = dict(hidden_dim=16, num_layers=2, num_heads=2, max_length=24)
-    return build_causal_lm(VOCAB, position=position, **options, **kwargs)
+    return build_causal_lm(
+        VOCAB, position=position, **builder_kwargs(**options, **kwargs)
+    )
 
 
 def calibration(length=30):
@@ -62,7 +65,10 @@ def test_an_int8_tflm_step_streams_4x_its_cache_in_the_arena_of_one_that_stops()
     model = lm("rope")
     slots = WINDOW + SINKS
     streaming = convert_causal_lm(
-        model, calibration(), cache_window=WINDOW, sink_tokens=SINKS, target="tflm"
+        model,
+        calibration(),
+        streaming=Streaming(WINDOW, sink_tokens=SINKS),
+        target="tflm",
     )
     stopping = convert_causal_lm(model, calibration(), max_length=slots, target="tflm")
     for model_bytes in (streaming, stopping):  # integer positions, int8 tensors
@@ -116,7 +122,10 @@ def largest_elementwise_output(model_bytes):
 
 def test_the_contract_and_header_say_the_step_streams():
     model_bytes = convert_causal_lm(
-        lm("alibi"), calibration(), mode="float32", cache_window=WINDOW, sink_tokens=0
+        lm("alibi"),
+        calibration(),
+        streaming=Streaming(WINDOW, sink_tokens=0),
+        mode="float32",
     )
     contract = device_contract(model_bytes)
     assert contract.streams and contract.sink_tokens == 0
@@ -138,15 +147,14 @@ def test_the_contract_and_header_say_the_step_streams():
     "position, kwargs, error, match",
     [
         ("t5", {"max_length": 16}, ValueError, "max_length.*None with `streaming`"),
-        ("t5", {"cache_window": 0}, ValueError, "cache_window"),
-        ("t5", {"sink_tokens": -1}, ValueError, "sink_tokens"),
-        ("learned", {}, ValueError, "cache_window.*absolute position encoding"),
+        ("t5", {"streaming": WINDOW}, TypeError, "`streaming` must be None or a"),
+        ("learned", {}, ValueError, "streaming.*absolute position encoding"),
         ("fox", {}, ExportError, "forgetting gate's log-sigmoid needs LOG"),
     ],
 )
 def test_streaming_exports_a_rolling_cache_cannot_hold_are_refused(
     position, kwargs, error, match
 ):
-    arguments = {"cache_window": WINDOW, "sink_tokens": SINKS, **kwargs}
+    arguments = {"streaming": Streaming(WINDOW, sink_tokens=SINKS), **kwargs}
     with pytest.raises(error, match=match):
         convert_causal_lm(lm(position), calibration(), **arguments)

@@ -33,7 +33,7 @@ def _layer(path, **kwargs):
     if path == "block-local":
         arguments["attention_window"] = 4
     if path == "LSH":
-        arguments.update(attention_type="lsh", attention_options={"bucket_size": 4})
+        arguments["attention_options"] = {"attention_type": "lsh", "bucket_size": 4}
     return kp.RelativeMultiHeadAttention(**{**arguments, **kwargs})
 
 

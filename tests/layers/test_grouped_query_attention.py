@@ -105,7 +105,7 @@ def test_a_grouped_cache_is_the_groups_heads_and_decodes_as_the_sequence(options
         ({"num_key_value_heads": 0}, ValueError, "num_key_value_heads"),
         ({"num_key_value_heads": 2.0}, (ValueError, TypeError), "num_key_value_heads"),
         (
-            {"num_key_value_heads": 2, "attention_type": "lsh"},
+            {"num_key_value_heads": 2, "attention_options": {"attention_type": "lsh"}},
             ValueError,
             "keys are the queries' own heads",
         ),
@@ -116,14 +116,15 @@ def test_bad_key_value_heads_are_refused(arguments, error, match):
         RelativeMultiHeadAttention(4, 4, **arguments)
 
 
-def test_the_option_lives_in_attention_options_and_round_trips():
+def test_the_option_is_a_keyword_and_round_trips():
     layer = grouped(2)
-    again = grouped(None, attention_options={"num_key_value_heads": 2})
-    assert layer.get_config()["attention_options"] == {"num_key_value_heads": 2}
-    assert again.num_key_value_heads == layer.num_key_value_heads == 2
+    assert layer.get_config()["num_key_value_heads"] == 2
+    assert layer.get_config()["attention_options"] is None
     clone = RelativeMultiHeadAttention.from_config(layer.get_config())
     assert clone.num_key_value_heads == 2
     assert grouped(None).num_key_value_heads == 4
+    with pytest.raises(ValueError, match="keywords of their own"):
+        grouped(None, attention_options={"num_key_value_heads": 2})
 
 
 def small(position, **options):
@@ -171,7 +172,7 @@ def test_every_method_caches_exactly_with_one_key_head(position):
 
 def test_builders_take_the_keras_hub_name_and_refuse_what_cannot_group(tmp_path):
     model = small("alibi", num_key_value_heads=2)
-    assert model.get_config()["attention_options"] == {"num_key_value_heads": 2}
+    assert model.get_config()["num_key_value_heads"] == 2
     path = tmp_path / "lm.keras"
     model.save(path)
     loaded = keras.models.load_model(path)

@@ -139,8 +139,8 @@ def test_every_method_runs_local_and_sees_only_its_band(position):
         num_heads=2,
         num_layers=1,
         position=position,
-        max_length=128,
         attention_window=4,
+        position_options={"max_length": 128},
     )
     ids = np.random.randint(1, 10, size=(1, 37))
     out = model(ids).numpy()

@@ -20,15 +20,15 @@ PRODUCERS = {
 
 
 def _lsh(bias=None, **kwargs):
-    options = {"num_hashes": 2, "bucket_size": 4}
+    options = {"attention_type": "lsh", "num_hashes": 2, "bucket_size": 4}
     options.update(
         {
             k: kwargs.pop(k)
-            for k in ("num_hashes", "bucket_size", "hash_seed")
+            for k in ("attention_type", "num_hashes", "bucket_size", "hash_seed")
             if k in kwargs
         }
     )
-    kwargs = {"attention_type": "lsh", "attention_options": options, **kwargs}
+    kwargs = {"attention_options": options, **kwargs}
     producer = None if bias is None else PRODUCERS[bias]()
     return RelativeMultiHeadAttention(2, 3, position_bias=producer, **kwargs)
 
@@ -146,7 +146,7 @@ def test_rejects_a_non_integer_seed_and_an_overridden_attention():
             return super().compute_attention(*args, **kwargs)
 
     with pytest.raises(ValueError, match="attention_type.*'dense' for a subclass"):
-        Custom(2, 3, attention_type="lsh")
+        Custom(2, 3, attention_options={"attention_type": "lsh"})
 
 
 @pytest.mark.parametrize(
@@ -169,32 +169,30 @@ def test_rejects_calls_lsh_cannot_honour(call, match):
         _lsh("t5")(x, **call)
 
 
-def test_the_old_lsh_keywords_are_the_attention_options():
-    old = RelativeMultiHeadAttention(
-        2, 3, attention_type="lsh", num_hashes=3, bucket_size=5, hash_seed=1
-    )
-    new = RelativeMultiHeadAttention(
+def test_lsh_options_have_one_form_the_attention_options():
+    layer = RelativeMultiHeadAttention(
         2,
         3,
-        attention_type="lsh",
-        attention_options={"num_hashes": 3, "bucket_size": 5, "hash_seed": 1},
+        attention_options={
+            "attention_type": "lsh",
+            "num_hashes": 3,
+            "bucket_size": 5,
+            "hash_seed": 1,
+        },
     )
-    assert old.get_config()["attention_options"] == new.attention_options
-    assert (new.num_hashes, new.bucket_size, new.hash_seed) == (3, 5, 1)
-    with pytest.raises(ValueError, match="`num_hashes` must be given once"):
-        RelativeMultiHeadAttention(
-            2,
-            3,
-            attention_type="lsh",
-            attention_options={"num_hashes": 2},
-            num_hashes=3,
-        )
-    window = RelativeMultiHeadAttention(2, 3, attention_options={"attention_window": 4})
+    assert (layer.num_hashes, layer.bucket_size, layer.hash_seed) == (3, 5, 1)
+    assert layer.get_config()["attention_options"] == layer.attention_options
+    for flat in ({"attention_type": "lsh"}, {"num_hashes": 3}, {"quantize_cache": 1}):
+        with pytest.raises((TypeError, ValueError), match=next(iter(flat))):
+            RelativeMultiHeadAttention(2, 3, **flat)
+    window = RelativeMultiHeadAttention(2, 3, attention_window=4)
     assert window.attention_window == 4 and window.attention_type == "dense"
-    assert window.get_config()["attention_options"] == {"attention_window": 4}
+    assert window.get_config()["attention_window"] == 4
+    with pytest.raises(ValueError, match="keywords of their own"):
+        RelativeMultiHeadAttention(2, 3, attention_options={"attention_window": 4})
     with pytest.raises(ValueError, match="attention_options.*Unknown keys"):
         RelativeMultiHeadAttention(
-            2, 3, attention_type="lsh", attention_options={"buckets": 3}
+            2, 3, attention_options={"attention_type": "lsh", "buckets": 3}
         )
     with pytest.raises(ValueError, match="attention_options.*None with attention_"):
         RelativeMultiHeadAttention(2, 3, attention_options={"num_hashes": 3})

@@ -458,7 +458,7 @@ def test_quantized_xpos_rounds_the_key_tables_on_the_bound_trained_on():
             "rope_type=.dynamic.",
         ),
         ({"rotary": RotaryEmbedding(coordinate_dim=2)}, "coordinate_dim=2"),
-        ({"attention_type": "lsh"}, "with attention_type='lsh'"),
+        ({"attention_options": {"attention_type": "lsh"}}, "attention_type='lsh'"),
     ],
 )
 def test_quantize_refuses_what_it_does_not_model(kwargs, reason):
@@ -474,16 +474,9 @@ def test_quantized_attention_refuses_a_cache_without_its_range():
         layer(x, cache=cache, cache_update_index=0)
 
 
-@pytest.mark.parametrize(
-    "kwargs, match",
-    [
-        ({"quantize": "keys"}, "`quantize` must be False, True or 'cache'"),
-        ({"quantize_cache": True}, "`quantize_cache` must be False unless"),
-    ],
-)
-def test_quantize_cache_needs_quantize(kwargs, match):
-    with pytest.raises(ValueError, match=match):
-        RelativeMultiHeadAttention(num_heads=2, key_dim=3, **kwargs)
+def test_quantize_takes_three_values():
+    with pytest.raises(ValueError, match="`quantize` must be False, True or 'cache'"):
+        RelativeMultiHeadAttention(num_heads=2, key_dim=3, quantize="keys")
 
 
 def test_a_quantized_cache_holds_values_of_their_own_size():
@@ -503,12 +496,13 @@ def test_a_quantized_cache_holds_values_of_their_own_size():
         layer(x[:, :1], cache=tf.zeros((1, 2, 4, 2, 3)), cache_update_index=0)
 
 
-def test_the_old_quantize_cache_keyword_is_quantize_cache():
-    old = RelativeMultiHeadAttention(2, 3, quantize=True, quantize_cache=True)
-    assert old.quantize == "cache" and old.quantize_cache
-    assert old.get_config()["quantize"] == "cache" and "quantize_cache" not in (
-        old.get_config()
-    )
+def test_a_quantized_cache_has_one_form_quantize_cache():
+    layer = RelativeMultiHeadAttention(2, 3, quantize="cache")
+    assert layer.quantize == "cache" and layer.quantize_cache
+    assert layer.get_config()["quantize"] == "cache"
+    assert "quantize_cache" not in layer.get_config()
+    with pytest.raises((TypeError, ValueError), match="quantize_cache"):
+        RelativeMultiHeadAttention(2, 3, quantize=True, quantize_cache=True)
 
 
 @pytest.mark.parametrize("mode", ["t5", "rope"])

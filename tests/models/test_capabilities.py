@@ -2,6 +2,7 @@
 
 import pytest
 
+from keras_posenc.generation import Streaming
 from keras_posenc.models import (
     METHODS,
     build_causal_lm,
@@ -10,7 +11,9 @@ from keras_posenc.models import (
 )
 from tflite_export.convert import integer_blockers
 
-SMALL = dict(hidden_dim=8, num_heads=2, num_layers=1, max_length=16)
+SMALL = dict(
+    hidden_dim=8, num_heads=2, num_layers=1, position_options={"max_length": 16}
+)
 
 
 @pytest.mark.parametrize("method", sorted(METHODS))
@@ -21,10 +24,10 @@ def test_each_row_is_what_the_builders_and_exporter_do(method):
     assert row.encoder and row.causal_lm and row.packed and row.block_local
     assert row.int8 == (not integer_blockers(encoder)) == (not integer_blockers(lm))
     if row.streaming:
-        assert lm.check_streaming(4) == (4, 8)
+        assert lm.check_streaming(Streaming(4)) == (4, 8)
     else:
-        with pytest.raises(ValueError, match="cache_window.*None for this model"):
-            lm.check_streaming(4)
+        with pytest.raises(ValueError, match="streaming.*None for this model"):
+            lm.check_streaming(Streaming(4))
     if row.grouped_query:
         grouped = build_causal_lm(9, position=method, num_key_value_heads=1, **SMALL)
         keys = grouped.cache_kinds().index("keys")
@@ -34,7 +37,12 @@ def test_each_row_is_what_the_builders_and_exporter_do(method):
             build_causal_lm(9, position=method, num_key_value_heads=1, **SMALL)
     if not row.lsh:
         with pytest.raises(ValueError, match="attention_type"):
-            build_encoder(vocab_size=9, position=method, attention_type="lsh", **SMALL)
+            build_encoder(
+                vocab_size=9,
+                position=method,
+                **SMALL,
+                attention_options={"attention_type": "lsh"},
+            )
 
 
 def test_the_table_has_a_row_with_its_summary_for_every_method():

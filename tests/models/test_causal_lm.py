@@ -5,6 +5,7 @@ import os
 import numpy as np
 import pytest
 import tensorflow as tf
+from builders import builder_kwargs
 from marks import fast_only, split_between_passes
 from packed_rows import WINDOW, assert_each_document_reads_as_alone
 
@@ -26,7 +27,7 @@ def small(position, **kwargs):
     tf.keras.utils.set_random_seed(3)
     options = dict(hidden_dim=16, num_layers=2, num_heads=2, max_length=48)
     options.update(kwargs)
-    return build_causal_lm(VOCAB, position=position, **options)
+    return build_causal_lm(VOCAB, position=position, **builder_kwargs(**options))
 
 
 def tokens(batch=2, length=11, seed=0):
@@ -157,14 +158,23 @@ def test_the_loop_and_the_step_are_traced_once_and_reused():
     traced = decode.experimental_get_tracing_count()
     assert 1 <= traced <= 2  # one per bucket at most
     for new in (11, 44, 3):  # other widths, stop lists and draw counts
-        model.generate([[1, 2, 3]], max_new_tokens=new, stop_token_ids=[new])
-        model.generate([[4, 5, 6, 1, 2]], max_new_tokens=new, stop_token_ids=[1, 2])
+        model.generate(
+            [[1, 2, 3]], sampling=Sampling(stop_token_ids=[new]), max_new_tokens=new
+        )
+        model.generate(
+            [[4, 5, 6, 1, 2]],
+            sampling=Sampling(stop_token_ids=[1, 2]),
+            max_new_tokens=new,
+        )
     assert decode.experimental_get_tracing_count() == traced
     again = model.generate(
-        [[4, 5, 6, 1, 2]], max_new_tokens=9, sampler="random", seed=1
+        [[4, 5, 6, 1, 2]], sampling=Sampling(sampler="random", seed=1), max_new_tokens=9
     )
     steps = model.generate(
-        [[4, 5, 6, 1, 2]], 9, compiled_loop=False, sampler="random", seed=1
+        [[4, 5, 6, 1, 2]],
+        9,
+        sampling=Sampling(sampler="random", seed=1),
+        compiled_loop=False,
     )
     np.testing.assert_array_equal(again, steps)  # a wider loop, the same tokens
     assert again.shape == (1, 14)
@@ -190,20 +200,19 @@ def test_the_compiled_loop_gives_the_step_loops_tokens(case):
     model = small("t5", max_length=24, num_layers=1)
     prompts = [[3, 1, 4, 1, 5], [9, 2], [6, 5, 3]]
     kwargs, everywhere = LOOP_CASES[case]
-    steps = model.generate(prompts, 12, compiled_loop=False, **kwargs)
-    loop = model.generate(prompts, 12, **kwargs)
+    sampling = Sampling(**kwargs)
+    steps = model.generate(prompts, 12, sampling, compiled_loop=False)
+    loop = model.generate(prompts, 12, sampling)
     np.testing.assert_array_equal(loop, steps)
     assert (loop[:, 5:] != 0).any()  # it generated something
-    home = model.generate(prompts, 12, Sampling(**kwargs))  # the options' home
-    np.testing.assert_array_equal(home, loop)
     if everywhere:
-        recomputed = model.generate(prompts, 12, use_cache=False, **kwargs)
+        recomputed = model.generate(prompts, 12, sampling, use_cache=False)
         np.testing.assert_array_equal(recomputed, steps)
-        xla = model.generate(prompts, 12, jit_compile=True, **kwargs)
+        xla = model.generate(prompts, 12, sampling, jit_compile=True)
         np.testing.assert_array_equal(xla, steps)
     if "seed" in kwargs:  # the draws matter: another seed gives other tokens
-        other = dict(kwargs, seed=kwargs["seed"] + 100)
-        assert (model.generate(prompts, 12, **other) != loop).any()
+        other = Sampling(**dict(kwargs, seed=kwargs["seed"] + 100))
+        assert (model.generate(prompts, 12, other) != loop).any()
 
 
 #: One method per kind of decoding state: a bias, a rotation, the conv
@@ -235,11 +244,11 @@ def test_the_loops_cache_reads_and_in_place_writes_give_the_step_loops_tokens(
     model = small(position)
     prompts = np.array([[3, 1, 4, 1, 5], [9, 2, 6, 5, 3]], "int32")
     given = prompts.copy()
-    drawn = dict(sampler="random", temperature=2.0, seed=5)  # seeded draws
-    steps = model.generate(prompts, 43, compiled_loop=False, **drawn)  # 5 + 43
+    drawn = Sampling("random", temperature=2.0, seed=5)  # seeded draws
+    steps = model.generate(prompts, 43, drawn, compiled_loop=False)  # 5 + 43
     for jit_compile in (False, True):
         for _ in range(2):  # a second call starts from the same empty caches
-            loop = model.generate(prompts, 43, jit_compile=jit_compile, **drawn)
+            loop = model.generate(prompts, 43, drawn, jit_compile=jit_compile)
             np.testing.assert_array_equal(loop, steps)
     np.testing.assert_array_equal(prompts, given)
     assert len(set(steps[:, 5:].ravel())) > 5  # it drew many tokens
@@ -260,7 +269,12 @@ def test_stop_tokens_end_a_row_and_the_rest_is_padding():
     prefill, step = scripted([1, 2, 3, 4, 5, 3, 1, 1, 1])
     prompts, lengths = generation.check_prompts([[1, 1], [1, 1, 1]], pad_token_id=0)
     out = generation.generate_tokens(
-        prefill, step, prompts, lengths, 5, stop_token_ids=[4], pad_token_id=0
+        prefill,
+        step,
+        prompts,
+        lengths,
+        5,
+        sampling=Sampling(stop_token_ids=[4], pad_token_id=0),
     )
     # Slot t gets the preference of position t - 1; 4 stops both rows.
     np.testing.assert_array_equal(out[0], [1, 1, 2, 3, 4, 0, 0, 0])
@@ -285,11 +299,17 @@ def test_samplers_against_numpy_oracles():
 
 def test_seeded_sampling_is_reproducible_and_top_k_one_is_greedy():
     model = small("xpos")
-    first = model.generate([[1, 2]], 8, sampler="top_p", seed=7, temperature=2.0)
-    again = model.generate([[1, 2]], 8, sampler="top_p", seed=7, temperature=2.0)
+    first = model.generate(
+        [[1, 2]], 8, sampling=Sampling(sampler="top_p", seed=7, temperature=2.0)
+    )
+    again = model.generate(
+        [[1, 2]], 8, sampling=Sampling(sampler="top_p", seed=7, temperature=2.0)
+    )
     np.testing.assert_array_equal(first, again)
     greedy = model.generate([[1, 2]], 8)
-    np.testing.assert_array_equal(model.generate([[1, 2]], 8, "top_k", top_k=1), greedy)
+    np.testing.assert_array_equal(
+        model.generate([[1, 2]], 8, sampling=Sampling("top_k", top_k=1)), greedy
+    )
 
 
 def test_fit_traces_the_training_step_once(monkeypatch):
@@ -353,41 +373,37 @@ def test_config_holds_every_constructor_argument():
     }
     config = model.get_config()
     assert arguments <= set(config)
-    # The old keywords went to their one home (`small` passes max_length=48).
     assert config["position_options"] == {"max_distance": 5, "max_length": 48}
-    assert config["attention_options"] == {"attention_window": 4}
+    assert config["attention_window"] == 4 and config["attention_options"] is None
     assert model.max_length == 48
     again = CausalLM.from_config(config)
     assert again.get_config() == config
 
 
-def test_the_old_keywords_build_the_model_the_option_dicts_build():
-    keras.utils.set_random_seed(3)
-    old = build_causal_lm(
-        VOCAB,
-        hidden_dim=8,
-        num_heads=2,
-        num_layers=1,
-        position="t5",
-        max_length=16,
-        share_position_bias=True,
-    )
-    keras.utils.set_random_seed(3)
-    new = build_causal_lm(
-        VOCAB,
-        hidden_dim=8,
-        num_heads=2,
-        num_layers=1,
-        position="t5",
-        position_options={"max_length": 16, "share_position_bias": True},
-    )
-    assert old.get_config() == {**new.get_config(), "name": old.name}
-    x = np.arange(1, 13)[None] % VOCAB
-    np.testing.assert_allclose(np.asarray(old(x)), np.asarray(new(x)), atol=1e-6)
-    with pytest.raises(ValueError, match="`max_length` must be given once"):
-        build_causal_lm(VOCAB, max_length=8, position_options={"max_length": 8})
-    with pytest.raises(TypeError, match="unexpected keyword argument.*max_lenght"):
-        build_causal_lm(VOCAB, max_lenght=8)
+@pytest.mark.parametrize(
+    "keywords, error, match",
+    [
+        ({"max_length": 16}, TypeError, r"unexpected keyword arguments \['max_length"),
+        ({"max_lenght": 8}, TypeError, "unexpected keyword arguments.*max_lenght"),
+        ({"share_position_bias": True}, TypeError, "share_position_bias"),
+        (
+            {"attention_options": {"attention_window": 4}},
+            ValueError,
+            "attention_window and num_key_value_heads are keywords of their own",
+        ),
+        (
+            {"attention_options": {"num_key_value_heads": 1}},
+            ValueError,
+            "`attention_options` must be a dict of attention_type",
+        ),
+        ({"position_options": 16}, TypeError, "`position_options` must be a dict"),
+    ],
+)
+def test_each_option_has_one_form(keywords, error, match):
+    """`max_length` and the other position keys live in `position_options`,
+    the window and the key heads are keywords: a second form is refused."""
+    with pytest.raises(error, match=match):
+        build_causal_lm(VOCAB, **keywords)
 
 
 class NumpyOnly(samplers.Sampler):
@@ -399,7 +415,7 @@ class NumpyOnly(samplers.Sampler):
 
 def test_a_sampler_without_a_compiled_rule_decodes_step_by_step():
     model = small("t5", num_layers=1)
-    out = model.generate([[1, 2], [3]], 4, NumpyOnly())
+    out = model.generate([[1, 2], [3]], 4, sampling=Sampling(NumpyOnly()))
     logits = model(out).numpy()
     for row, start in ((0, 2), (1, 1)):  # a NumPy oracle: each the argmin
         np.testing.assert_array_equal(
@@ -411,17 +427,34 @@ def test_a_sampler_without_a_compiled_rule_decodes_step_by_step():
     "call, match",
     [
         (lambda m: m.generate([[1, 2]], 0), "max_new_tokens"),
-        (lambda m: m.generate([[1, 2]], 3, sampler="beam"), "sampler"),
-        (lambda m: m.generate([[1, 2]], 3, "top_p", top_p=0.0), "top_p"),
-        (lambda m: m.generate([[1, 2]], 3, "top_p", top_p=1.5), "top_p"),
-        (lambda m: m.generate([[1, 2]], 3, "top_k", top_k=0), "top_k"),
-        (lambda m: m.generate([[1, 2]], 3, temperature=0.0), "temperature"),
+        (
+            lambda m: m.generate([[1, 2]], 3, sampling=Sampling(sampler="beam")),
+            "sampler",
+        ),
+        (
+            lambda m: m.generate([[1, 2]], 3, sampling=Sampling("top_p", top_p=0.0)),
+            "top_p",
+        ),
+        (
+            lambda m: m.generate([[1, 2]], 3, sampling=Sampling("top_p", top_p=1.5)),
+            "top_p",
+        ),
+        (
+            lambda m: m.generate([[1, 2]], 3, sampling=Sampling("top_k", top_k=0)),
+            "top_k",
+        ),
+        (
+            lambda m: m.generate([[1, 2]], 3, sampling=Sampling(temperature=0.0)),
+            "temperature",
+        ),
         (lambda m: m.generate([[]], 3), "prompt_ids"),
         (lambda m: m.generate(np.ones((2, 3, 1), "int32"), 3), "prompt_ids"),
         (lambda m: m.generate([[1, 2]], 3, use_cache="yes"), "use_cache"),
         (lambda m: m.generate([[1, 2]], 3, compiled_loop="yes"), "compiled_loop"),
         (
-            lambda m: m.generate([[1, 2]], 3, NumpyOnly(), compiled_loop=True),
+            lambda m: m.generate(
+                [[1, 2]], 3, sampling=Sampling(NumpyOnly()), compiled_loop=True
+            ),
             "sampler.*compiled_next_tokens.*compiled_loop=False",
         ),
     ],
@@ -468,7 +501,7 @@ def test_a_bidirectional_bias_is_refused(position):
 )
 def test_bad_model_arguments_are_refused(kwargs, match):
     with pytest.raises(ValueError, match=match):
-        build_causal_lm(VOCAB, **kwargs)
+        build_causal_lm(VOCAB, **builder_kwargs(**kwargs))
 
 
 def test_causal_clipped_table_mean_matches_a_numpy_oracle():
@@ -533,7 +566,7 @@ def test_prompt_ids_outside_the_vocabulary_are_refused(prompt):
 
 def test_a_negative_pad_id_with_a_ragged_batch_generates():
     model = small("t5", num_layers=1)
-    out = model.generate([[1, 2, 3], [4]], 3, pad_token_id=-1)
+    out = model.generate([[1, 2, 3], [4]], 3, sampling=Sampling(pad_token_id=-1))
     same = model.generate([[1, 2, 3], [4]], 3)  # pad 0: the same real tokens
     np.testing.assert_array_equal(out[:, :4], same[:, :4])
     np.testing.assert_array_equal(out[1, 4:], [-1, -1])

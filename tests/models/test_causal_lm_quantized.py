@@ -5,6 +5,7 @@ import os
 import numpy as np
 import pytest
 import tensorflow as tf
+from builders import builder_kwargs
 from marks import fast_only
 
 import tflite_export
@@ -27,7 +28,7 @@ def small(position="alibi", **kwargs):
     tf.keras.utils.set_random_seed(4)
     options = dict(hidden_dim=8, num_layers=2, num_heads=2, max_length=24)
     options.update(kwargs)
-    return build_causal_lm(VOCAB, position=position, **options)
+    return build_causal_lm(VOCAB, position=position, **builder_kwargs(**options))
 
 
 def tokens(batch=2, length=9, seed=0):

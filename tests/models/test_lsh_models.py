@@ -3,25 +3,30 @@
 import numpy as np
 import pytest
 import tensorflow as tf
+from builders import builder_kwargs
 from marks import kinds_fast
 
 from keras_posenc import models
 
 keras = tf.keras
-LSH = dict(attention_type="lsh", attention_options={"num_hashes": 2, "bucket_size": 4})
+LSH = dict(
+    attention_options={"attention_type": "lsh", "num_hashes": 2, "bucket_size": 4}
+)
 
 
-def _classifier(position, **kwargs):
+def _classifier(position, attention_options=None, **kwargs):
+    """An LSH token classifier; `attention_options` keys override `LSH`'s."""
+    options = {**LSH["attention_options"], **(attention_options or {})}
     return models.build_token_classifier(
         3,
         vocab_size=10,
         hidden_dim=8,
         num_heads=2,
         num_layers=2,
-        max_length=32,
         position=position,
         mask_zero=True,
-        **{**LSH, **kwargs},
+        attention_options={k: v for k, v in options.items() if v is not None},
+        **builder_kwargs(max_length=32, **kwargs),
     )
 
 
@@ -67,7 +72,7 @@ def test_an_lsh_encoder_fits_saves_and_reloads(tmp_path):
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
-        ({"attention_type": "local"}, "attention_type.*'dense', 'lsh'"),
+        ({"attention_options": {"attention_type": "local"}}, "attention_type.*'dense'"),
         ({"position": "recursive"}, "attention_type.*'dense' unless position"),
         ({"position": "fox"}, "attention_type.*'dense' unless position"),
         ({"position": "cope"}, "attention_type.*'dense' unless position"),
@@ -75,7 +80,7 @@ def test_an_lsh_encoder_fits_saves_and_reloads(tmp_path):
         ({"share_position_bias": True}, "share_position_bias.*unset"),
         ({"attention_options": {"buckets": 4}}, "Unknown keys: \\['buckets'\\]"),
         (
-            {"attention_type": "dense", "attention_options": {"num_hashes": 2}},
+            {"attention_options": {"attention_type": "dense", "bucket_size": None}},
             "attention_options.*None with attention_type='dense'",
         ),
     ],

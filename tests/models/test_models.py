@@ -1,6 +1,7 @@
 import numpy as np
 import pytest
 import tensorflow as tf
+from builders import builder_kwargs
 from layer_checks import PRODUCER_KINDS
 from marks import fast_only, kinds_fast, per_kind_in_keras2
 from packed_rows import assert_each_document_reads_as_alone
@@ -8,7 +9,9 @@ from packed_rows import assert_each_document_reads_as_alone
 from keras_posenc import RelativeMultiHeadAttention, models
 
 keras = tf.keras
-SMALL = dict(hidden_dim=8, num_heads=2, num_layers=2, max_length=16)
+SMALL = dict(
+    hidden_dim=8, num_heads=2, num_layers=2, position_options={"max_length": 16}
+)
 
 
 def _compile(model):
@@ -128,7 +131,7 @@ def test_rejects_bad_arguments(kwargs, error, match):
     args = {"vocab_size": 10, "hidden_dim": 8, "num_heads": 4}
     args.update(kwargs)
     with pytest.raises(error, match=match):
-        models.build_encoder(**args)
+        models.build_encoder(**builder_kwargs(**args))
 
 
 def test_rejects_bad_num_classes():
@@ -177,8 +180,10 @@ def test_a_shared_bias_is_every_layer_adding_the_same_bias(position, grid):
     args = dict(vocab_size=10, position=position, grid_shape=grid, mask_zero=True)
     args.update(SMALL, num_layers=3)
     keras.utils.set_random_seed(4)
-    shared = models.build_token_classifier(3, share_position_bias=True, **args)
-    separate = models.build_token_classifier(3, **args)
+    shared = models.build_token_classifier(
+        3, **builder_kwargs(**args, share_position_bias=True)
+    )
+    separate = models.build_token_classifier(3, **builder_kwargs(**args))
     producers = [layer for layer in shared.layers if "bias" in layer.name]
     assert [layer.name for layer in producers] == [
         ("dynamic_bias" if position != "t5" else "bias") + "_shared"
@@ -199,32 +204,17 @@ def test_a_shared_bias_is_every_layer_adding_the_same_bias(position, grid):
     np.testing.assert_allclose(shared(x).numpy(), separate(x).numpy(), atol=1e-5)
 
 
-def test_build_encoder_takes_the_option_dicts_and_the_old_keywords_alike():
-    keras.utils.set_random_seed(5)
-    old = models.build_encoder(
+def test_build_encoder_takes_each_option_in_one_form():
+    window = models.build_encoder(
         vocab_size=9,
         hidden_dim=8,
         num_heads=2,
         num_layers=1,
         position="dynamic_bias",
-        max_length=16,
-        grid_shape=(2, 4),
         attention_window=4,
-        name="old",
-    )
-    keras.utils.set_random_seed(5)
-    new = models.build_encoder(
-        vocab_size=9,
-        hidden_dim=8,
-        num_heads=2,
-        num_layers=1,
-        position="dynamic_bias",
         position_options={"max_length": 16, "grid_shape": (2, 4)},
-        attention_options={"attention_window": 4},
-        name="new",
     )
-    x = np.arange(1, 9)[None]
-    np.testing.assert_allclose(np.asarray(old(x)), np.asarray(new(x)), atol=1e-6)
+    assert window.get_layer("attention_0").attention_window == 4
     lsh = models.build_encoder(
         vocab_size=9,
         hidden_dim=8,
@@ -234,11 +224,10 @@ def test_build_encoder_takes_the_option_dicts_and_the_old_keywords_alike():
     )
     attention = lsh.get_layer("attention_0")
     assert (attention.attention_type, attention.bucket_size) == ("lsh", 4)
-    with pytest.raises(ValueError, match="`attention_window` must be given once"):
-        models.build_encoder(
-            vocab_size=9, attention_window=4, attention_options={"attention_window": 4}
-        )
-    with pytest.raises(TypeError, match="Unexpected keyword argument 'windw'"):
-        models.build_encoder(vocab_size=9, windw=4)
+    with pytest.raises(ValueError, match="keywords of their own"):
+        models.build_encoder(vocab_size=9, attention_options={"attention_window": 4})
+    for flat in ("max_length", "grid_shape", "attention_type", "windw"):
+        with pytest.raises(TypeError, match=flat):
+            models.build_encoder(vocab_size=9, **{flat: 4})
     with pytest.raises(TypeError, match="`position_options` must be a dict"):
         models.build_encoder(vocab_size=9, position_options=[("max_length", 4)])

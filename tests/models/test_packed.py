@@ -8,6 +8,7 @@ encoder in `tests/models/test_models.py`.
 import numpy as np
 import pytest
 import tensorflow as tf
+from builders import builder_kwargs
 from packed_rows import assert_each_document_reads_as_alone, packed_row
 
 from keras_posenc import (
@@ -22,14 +23,19 @@ from keras_posenc import (
 from keras_posenc._compat import keras
 from keras_posenc.data import language_modeling as lm
 
-SMALL = dict(hidden_dim=8, num_heads=2, num_layers=2, max_length=32)
+SMALL = dict(
+    hidden_dim=8, num_heads=2, num_layers=2, position_options={"max_length": 32}
+)
 
 
 @pytest.mark.parametrize("position", ["fire", "t5"])
 def test_a_shared_bias_reads_each_document_alone(position):
     """`fire` reads the query's own position: the shared bias becomes per row."""
     model = models.build_causal_lm(
-        30, position=position, packed=True, share_position_bias=True, **SMALL
+        30,
+        position=position,
+        packed=True,
+        **builder_kwargs(**SMALL, share_position_bias=True),
     )
     assert_each_document_reads_as_alone(model)
 
@@ -196,7 +202,7 @@ def test_builders_refuse_packed_rows_they_cannot_read(build, arguments, match):
     args = dict(packed=True, **SMALL)
     args.update(arguments)
     with pytest.raises(ValueError, match=match):
-        build(**args)
+        build(**builder_kwargs(**args))
 
 
 @pytest.mark.parametrize("build", [models.build_encoder, models.build_causal_lm])

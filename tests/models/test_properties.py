@@ -155,7 +155,7 @@ def test_every_builder_method_is_finite_padding_invariant_and_graph_equal(
         position=position,
         mask_zero=True,
         attention_window=window,
-        max_length=16,
+        position_options={"max_length": 16},
     )
     real = np.random.default_rng(length).integers(1, 9, size=(batch, length))
     padded = np.pad(real, [(0, 0), (0, pad)])

@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 import tensorflow as tf
+from builders import builder_kwargs
 from marks import fast_only
 
 from keras_posenc import RelativeMultiHeadAttention
@@ -25,7 +26,7 @@ def small(position, **kwargs):
     tf.keras.utils.set_random_seed(5)
     options = dict(hidden_dim=16, num_layers=2, num_heads=2, max_length=24)
     options.update(kwargs)
-    return build_causal_lm(VOCAB, position=position, **options)
+    return build_causal_lm(VOCAB, position=position, **builder_kwargs(**options))
 
 
 def text(batch=2, length=30, seed=0):
@@ -50,11 +51,13 @@ def test_a_rolling_cache_that_never_rolls_is_the_full_cache(position):
     model = small(position, num_layers=1)
     prompts = [[3, 1, 4, 1, 5], [9, 2], [6, 5, 3]]
     full = model.generate(prompts, 12)
-    rolling = model.generate(prompts, 12, cache_window=16, sink_tokens=2)
+    rolling = model.generate(prompts, 12, streaming=Streaming(16, sink_tokens=2))
     np.testing.assert_array_equal(rolling, full)  # 18 slots hold all 17 tokens
     x = text(length=18)
     np.testing.assert_allclose(
-        model.score(x, cache_window=14, sink_tokens=4), model.score(x), atol=1e-5
+        model.score(x, streaming=Streaming(14, sink_tokens=4)),
+        model.score(x),
+        atol=1e-5,
     )
 
 
@@ -75,9 +78,9 @@ def test_one_layer_reads_its_rolling_cache_as_a_fresh_text(position):
     model = small(position, num_layers=1)
     sink, window = 2, 5
     x = text(length=26)
-    streamed = model.score(x, cache_window=window, sink_tokens=sink)
+    streamed = model.score(x, streaming=Streaming(window, sink_tokens=sink))
     # The loop writes its caches in place: a second call starts afresh.
-    again = model.score(x, cache_window=window, sink_tokens=sink)
+    again = model.score(x, streaming=Streaming(window, sink_tokens=sink))
     np.testing.assert_array_equal(again, streamed)
     for p in (6, 7, 8, 13, 24):  # the cache (7 slots) is full from p = 6
         held = np.concatenate([x[:, :sink], x[:, max(sink, p - window + 1) : p + 1]], 1)
@@ -101,42 +104,46 @@ def test_generation_and_scoring_run_past_max_length_at_fixed_memory():
     streaming = Streaming(6, sink_tokens=2)
     out = model.generate([[1, 2, 3]], 40, streaming=streaming)
     assert out.shape == (1, 43)  # 5x max_length, through 8 cache slots
-    again = model.generate([[1, 2, 3]], 40, cache_window=6, sink_tokens=2)
+    again = model.generate([[1, 2, 3]], 40, streaming=Streaming(6, sink_tokens=2))
     np.testing.assert_array_equal(out, again)  # the old keywords, forwarded
     scores = model.score(text(length=64), streaming)
     assert scores.shape == (2, 63) and np.isfinite(scores).all()
-    old = model.score(text(length=64), cache_window=6, sink_tokens=2)
+    old = model.score(text(length=64), streaming=Streaming(6, sink_tokens=2))
     np.testing.assert_array_equal(scores, old)
     # A prompt longer than the cache: the rest of it streams in the loop.
-    long = model.generate([list(range(1, 12))], 5, cache_window=4, sink_tokens=1)
+    long = model.generate(
+        [list(range(1, 12))], 5, streaming=Streaming(4, sink_tokens=1)
+    )
     np.testing.assert_array_equal(long[0, :11], range(1, 12))
     assert model.compiled_loop(1, 16, rolling=(1, 5)).experimental_get_tracing_count()
 
 
 def test_xla_streams_the_graphs_tokens():
     model = small("rope", num_layers=1)
-    graph = model.generate([[1, 2]], 20, cache_window=5, sink_tokens=1)
-    xla = model.generate([[1, 2]], 20, cache_window=5, sink_tokens=1, jit_compile=True)
+    graph = model.generate([[1, 2]], 20, streaming=Streaming(5, sink_tokens=1))
+    xla = model.generate(
+        [[1, 2]], 20, streaming=Streaming(5, sink_tokens=1), jit_compile=True
+    )
     np.testing.assert_array_equal(xla, graph)
 
 
 @pytest.mark.parametrize(
     "position, options, match",
     [
-        ("learned", {}, "cache_window.*absolute position encoding"),
-        ("hybrid", {}, "cache_window.*absolute"),
-        ("recursive", {}, "cache_window.*recursive"),
-        ("cope", {}, "cache_window.*CoPE"),
-        ("t5", {"share_position_bias": True}, "cache_window.*share_position_bias"),
-        ("t5", {"attention_window": 3}, "cache_window.*attention_window"),
+        ("learned", {}, "streaming.*absolute position encoding"),
+        ("hybrid", {}, "streaming.*absolute"),
+        ("recursive", {}, "streaming.*recursive"),
+        ("cope", {}, "streaming.*CoPE"),
+        ("t5", {"share_position_bias": True}, "streaming.*share_position_bias"),
+        ("t5", {"attention_window": 3}, "streaming.*attention_window"),
     ],
 )
 def test_models_a_rolling_cache_cannot_hold_are_refused(position, options, match):
     model = small(position, num_layers=1, **options)
     with pytest.raises(ValueError, match=match):
-        model.generate([[1, 2]], 3, cache_window=4)
+        model.generate([[1, 2]], 3, streaming=Streaming(4))
     with pytest.raises(ValueError, match=match):
-        model.score(text(length=5), cache_window=4)
+        model.score(text(length=5), streaming=Streaming(4))
     cache = model.empty_cache(1, 6)
     with pytest.raises(ValueError, match="sink_tokens"):
         model.call_with_cache(np.ones((1, 1), "int32"), cache, 0, sink_tokens=1)
@@ -149,31 +156,37 @@ def test_a_rotary_scaling_that_reads_the_length_is_refused():
     set_rope_scaling(
         model, "dynamic", scaling_factor=2.0, original_max_position_embeddings=24
     )
-    with pytest.raises(ValueError, match="cache_window.*'dynamic'"):
-        model.generate([[1, 2]], 3, cache_window=4)
+    with pytest.raises(ValueError, match="streaming.*'dynamic'"):
+        model.generate([[1, 2]], 3, streaming=Streaming(4))
     cache = model.empty_cache(1, 6)
     with pytest.raises(ValueError, match="sink_tokens.*'dynamic'"):
         model.call_with_cache(np.ones((1, 1), "int32"), cache, 0, sink_tokens=1)
 
 
 @pytest.mark.parametrize(
-    "kwargs, error, match",
+    "make, kwargs, error, match",
     [
-        (dict(cache_window=0), ValueError, "cache_window"),
-        (dict(cache_window=4, sink_tokens=-1), ValueError, "sink_tokens"),
-        (dict(cache_window=4, use_cache=False), ValueError, "use_cache.*streaming"),
+        (lambda: Streaming(0), {}, ValueError, "cache_window"),
+        (lambda: Streaming(4, sink_tokens=-1), {}, ValueError, "sink_tokens"),
+        (lambda: Streaming(2.5), {}, TypeError, "cache_window"),
         (
-            dict(cache_window=4, compiled_loop=False),
+            lambda: Streaming(4),
+            dict(use_cache=False),
+            ValueError,
+            "use_cache.*streaming",
+        ),
+        (
+            lambda: Streaming(4),
+            dict(compiled_loop=False),
             ValueError,
             "compiled_loop.*streaming",
         ),
-        (dict(cache_window=2.5), TypeError, "cache_window"),
-        (dict(sink_tokens=-2), ValueError, "sink_tokens"),  # checked even unused
     ],
 )
-def test_bad_streaming_arguments_are_refused(kwargs, error, match):
+def test_bad_streaming_arguments_are_refused(make, kwargs, error, match):
+    model = small("alibi", num_layers=1)
     with pytest.raises(error, match=match):
-        small("alibi", num_layers=1).generate([[1, 2]], 3, **kwargs)
+        model.generate([[1, 2]], 3, streaming=make(), **kwargs)
 
 
 @pytest.mark.parametrize(
@@ -189,16 +202,25 @@ def test_bad_scoring_inputs_are_refused(token_ids, match):
     with pytest.raises(ValueError, match=match):
         small("learned", num_layers=1).score(token_ids)
     with pytest.raises(ValueError, match="sink_tokens"):
-        small("t5", num_layers=1).score(np.ones((1, 4), "int32"), sink_tokens=-1)
+        small("t5", num_layers=1).score(
+            np.ones((1, 4), "int32"), streaming=Streaming(4, sink_tokens=-1)
+        )
 
 
-def test_sink_tokens_without_a_window_are_refused_by_generate_and_score():
+def test_streaming_has_one_form_a_streaming_object():
+    """`sink_tokens=` alone once did nothing; a window alone, an int or a
+    dict is not a `Streaming`: each refused naming what the user passed."""
     model = small("t5", num_layers=1)
     tokens = np.ones((1, 4), "int32")
-    with pytest.raises(ValueError, match="`sink_tokens` must be None without"):
+    with pytest.raises(TypeError, match="sink_tokens"):
         model.score(tokens, sink_tokens=2)
-    with pytest.raises(ValueError, match="`sink_tokens` must be None without"):
+    with pytest.raises(TypeError, match="sink_tokens"):
         model.generate(tokens, 2, sink_tokens=2)
+    for value in (8, {"cache_window": 8}):
+        with pytest.raises(TypeError, match="`streaming` must be None or a "):
+            model.generate(tokens, 2, streaming=value)
+        with pytest.raises(TypeError, match="`streaming` must be None or a "):
+            model.score(tokens, streaming=value)
 
 
 def test_the_attention_checks_its_rolling_arguments():
@@ -225,12 +247,12 @@ def test_exactly_the_methods_with_positions_in_the_attention_stream():
             num_layers=1,
             num_heads=2,
             position=position,
-            max_length=8,
+            position_options={"max_length": 8},
         )
         try:
-            model.check_streaming(4)
+            model.check_streaming(Streaming(4))
         except ValueError as error:
-            assert "cache_window" in str(error)
+            assert "`streaming` must be None for this model" in str(error)
         else:
             streams.add(position)
     assert streams == set(STREAMING)
