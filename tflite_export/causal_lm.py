@@ -58,47 +58,17 @@ def convert_causal_lm(
 ):
     """TFLite bytes of a causal LM with its KV cache as inputs and outputs.
 
-    Signature `decode` (the only one for `target="tflm"` and for rotary
-    types whose frequencies depend on the current length): inputs `token`
-    `(1, 1)` int32, `index` `()` int32 (the token's position) and
-    `cache_0 .. cache_{n-1}` (`model.cache_shapes(1, max_length)`); outputs
-    `logits` `(1, 1, V)` and the updated caches, in that order in the
-    subgraph's input and output lists, each tensor named as its signature
-    key (a firmware reads them by position: `tflite_export.device_contract`
-    gives positions, shapes, scales and zero points, as a table or a C
-    header, and which output cache feeds which input). Signature `prefill`
-    (LiteRT only): input `tokens` `(1, max_length)` int32, a prompt padded at
-    the end; outputs `logits` `(1, max_length, V)` and the caches (slots past
-    the prompt are overwritten by later decode steps before anything reads
-    them). In `"int8"` mode kernels, activations, caches and logits are int8
-    (token ids and the index stay int32); biases, absolute encodings and
-    the rotary cosines and sines (with xPos' scales) are constants of all
-    `max_length` positions whose rows the step gathers, so no SIN, COS or
-    EXP runs on the device. Rotary types whose frequencies depend on the
-    current length keep their sines and cosines as float islands evaluated
-    at the runtime index: TFLM runs `"longrope"`'s; `"dynamic"` (a power of
-    the length) and any length-dependent type with xPos (an exponential of
-    the position) would need an int8 EXP, which TFLM lacks, and are refused
-    for TFLM before converting. A length-dependent type has no `prefill`
-    signature (a padded prompt would read `max_length` as its length):
-    generation reads the prompt through `decode`, token by token.
-
-    With `streaming` (a `keras_posenc.generation.Streaming`), the step
-    streams (attention sinks): its caches hold `sink_tokens + cache_window`
-    slots, the first `sink_tokens` tokens and a ring of the last
-    `cache_window`, and the step writes each token over the
-    oldest ring slot once the cache is full, so `index` runs on past the
-    cache length (up to 2**31 - 1) in the same memory. Positions are places
-    inside the cache, as `CausalLM.generate(streaming=...)` reads them:
-    the in-cache bias and rotary tables of all slots are constants the step
-    gathers from, and the ring's slot arithmetic is integer (minimum,
-    maximum, integer division): no float op on positions. Such an export has
-    only the `decode` signature (the prompt goes in token by token) and
-    records its shape in the file's metadata
-    (`tflite_export.metadata.ROLLING`), which `generate_tflite` and
-    `device_contract` read. Models a rolling cache cannot hold (absolute
-    encodings, position generators, ...: `CausalLM.check_streaming`) are
-    refused before converting.
+    Signature `decode` (the only one for `target="tflm"`, a streaming step
+    and rotary types whose frequencies read the current length): inputs
+    `token` `(1, 1)` int32, `index` `()` int32 and `cache_0 ..`
+    (`model.cache_shapes(1, max_length)`); outputs `logits` `(1, 1, V)` and
+    the updated caches, in that order, each tensor named as its key
+    (`tflite_export.device_contract` reads them as a firmware does).
+    Signature `prefill` (LiteRT): `tokens` `(1, max_length)`, a padded
+    prompt. In int8, caches and logits are int8 and every position table is
+    a constant the step gathers rows of (no SIN, COS or EXP on the device);
+    what is refused for TFLM, the streaming step's ring and the signatures
+    in full: `docs/language_models.md`, `docs/lm_on_device.md`.
 
     Args:
         model: a `CausalLM` (`keras_posenc.models.build_causal_lm`).
@@ -112,12 +82,44 @@ def convert_causal_lm(
             generated text). Defaults to `64`; must be None with `streaming`
             (the cache then has `streaming.slots` slots).
         target: `"litert"` or `"tflm"`.
-        streaming: None, or a `keras_posenc.generation.Streaming`: stream
-            through its rolling cache. Defaults to None.
+        streaming: None, or a `keras_posenc.generation.Streaming`: a step
+            that streams through its rolling cache past its length (models a
+            rolling cache cannot hold are refused). Defaults to None.
 
     Returns:
         The `.tflite` model as bytes.
     """
+    max_length, rolling = _check_export(model, mode, target, max_length, streaming)
+    ids, trained_ranges = _check_calibration(model, calibration_ids, mode)
+    keys = ["prefill", "decode"]
+    # A padded prefill would read max_length as a length-dependent type's
+    # length; a rolling cache is filled token by token.
+    if target == "tflm" or model.reads_current_length or rolling is not None:
+        keys = ["decode"]
+    sink = None if rolling is None else rolling[0]
+    calibration = None
+    if not trained_ranges and mode != "float32":
+        calibration = _calibration(model, ids, max_length, keys, sink)
+    model_bytes = _convert_steps(model, (max_length, sink), keys, mode, calibration)
+    if mode != "float32":  # the cache writes the converter left float
+        model_bytes = integer_update_slices(
+            model_bytes, requantize_cache=not trained_ranges
+        )
+    if mode == "int4":  # TFLM runs INT4 kernels with one scale each
+        model_bytes = int4_kernels(model_bytes, per_channel=target == "litert")
+    model_bytes = name_tensors(model_bytes)
+    if rolling is not None:
+        record = {"sink_tokens": sink, "cache_window": max_length - sink}
+        model_bytes = add_metadata(model_bytes, ROLLING, record)
+    _check_types(model_bytes, mode, keys)
+    if trained_ranges:
+        check_integer_ops(model_bytes)
+    return model_bytes
+
+
+def _check_export(model, mode, target, max_length, streaming):
+    """`(max_length, rolling)` of `convert_causal_lm`'s checked arguments:
+    `rolling` is `(sink_tokens, slots)` of a streaming step, or None."""
     if not isinstance(model, CausalLM):
         raise TypeError(
             "`model` must be a CausalLM (keras_posenc.models.build_causal_lm). "
@@ -152,44 +154,53 @@ def convert_causal_lm(
         )
     check_cache_length(model, max_length)
     if target == "tflm":
-        for layer in nested_layers(model):
-            if isinstance(layer, RotaryEmbedding) and _runtime_exponential(layer):
-                raise ExportError(
-                    f"{layer.name}: rope_type={layer.rope_type!r}"
-                    + (" with xPos" if layer.xpos_scale_base is not None else "")
-                    + " takes an exponential of the runtime position or length "
-                    "when decoding, and TFLM's EXP kernel is float-only (an int8 "
-                    "EXP fails to prepare); export it with target='litert'"
-                )
+        _refuse_runtime_exponentials(model)
     check_float32(model, None if mode != "float32" else FLOAT32_PURPOSE)
     if mode != "float32":
         refuse_float_only_layers(model, "int8")
-    # float32 calibrates nothing; int8 without data reads trained ranges.
+    return max_length, rolling
+
+
+def _refuse_runtime_exponentials(model):
+    """A TFLM step cannot take an int8 EXP of the runtime position."""
+    for layer in nested_layers(model):
+        if isinstance(layer, RotaryEmbedding) and _runtime_exponential(layer):
+            raise ExportError(
+                f"{layer.name}: rope_type={layer.rope_type!r}"
+                + (" with xPos" if layer.xpos_scale_base is not None else "")
+                + " takes an exponential of the runtime position or length "
+                "when decoding, and TFLM's EXP kernel is float-only (an int8 "
+                "EXP fails to prepare); export it with target='litert'"
+            )
+
+
+def _check_calibration(model, calibration_ids, mode):
+    """`(ids or None, trained_ranges)`: float32 calibrates nothing; int8
+    without data reads a quantization-aware model's trained ranges."""
     trained_ranges = calibration_ids is None and mode != "float32"
-    if trained_ranges and not model.get_config().get("quantize"):
+    quantized = model.get_config().get("quantize")
+    if trained_ranges and not quantized:
         raise ExportError(
             f"`calibration_ids` may be None in mode={mode!r} only for a "
             "quantization-aware CausalLM (quantize=True, e.g. from "
             "tflite_export.quantize_aware) or in mode='float32'. Received: None "
             f"for {model.name}, built with quantize=False"
         )
-    if (
-        calibration_ids is None
-        and mode == "float32"
-        and model.get_config().get("quantize")
-    ):
+    if calibration_ids is None and mode == "float32" and quantized:
         raise ExportError(
             "A quantization-aware CausalLM converts without data in "
             f"mode='int8' or 'int4' only. Received: mode={mode!r}"
         )
-    if calibration_ids is not None:
-        ids = check_calibration_ids(model, calibration_ids)
-    keys = ["prefill", "decode"]
-    # A padded prefill would read max_length as a length-dependent type's
-    # length; a rolling cache is filled token by token.
-    if target == "tflm" or model.reads_current_length or rolling is not None:
-        keys = ["decode"]
-    sink = None if rolling is None else rolling[0]
+    if calibration_ids is None:
+        return None, trained_ranges
+    return check_calibration_ids(model, calibration_ids), trained_ranges
+
+
+def _convert_steps(model, shape, keys, mode, calibration):
+    """The converter's bytes of the signatures `keys` (`shape`: the cache
+    length and sink tokens); `calibration` the representative dataset, or
+    None (float32, or trained ranges)."""
+    max_length, sink = shape
     with tempfile.TemporaryDirectory() as folder:
         path = os.path.join(folder, "saved_model")
         with keras_posenc.ops.bounded_masking(), static_decoding():
@@ -205,29 +216,13 @@ def convert_causal_lm(
             )
         if mode != "float32":  # int4: int8, then its kernels rewritten
             converter.optimizations = [tf.lite.Optimize.DEFAULT]
-            if not trained_ranges:  # else the fake quantizers' ranges: no data
-                converter.representative_dataset = _calibration(
-                    model, ids, max_length, keys, sink
-                )
+            if calibration is not None:  # else the fake quantizers' ranges
+                converter.representative_dataset = calibration
                 ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
                 converter.target_spec.supported_ops = ops
             converter.inference_input_type = tf.int8
             converter.inference_output_type = tf.int8
-        model_bytes = run_converter(converter, mode)
-    if mode != "float32":  # the cache writes the converter left float
-        model_bytes = integer_update_slices(
-            model_bytes, requantize_cache=not trained_ranges
-        )
-    if mode == "int4":  # TFLM runs INT4 kernels with one scale each
-        model_bytes = int4_kernels(model_bytes, per_channel=target == "litert")
-    model_bytes = name_tensors(model_bytes)
-    if rolling is not None:
-        record = {"sink_tokens": sink, "cache_window": max_length - sink}
-        model_bytes = add_metadata(model_bytes, ROLLING, record)
-    _check_types(model_bytes, mode, keys)
-    if trained_ranges:
-        check_integer_ops(model_bytes)
-    return model_bytes
+        return run_converter(converter, mode)
 
 
 def check_cache_length(model, length, name="max_length"):

@@ -6,6 +6,7 @@ A mixin of `CausalLM`'s decoding methods: `generate` (the compiled loop of
 """
 
 import collections
+import types
 
 import numpy as np
 import tensorflow as tf
@@ -222,10 +223,37 @@ class Generating:
         """
         streaming = generation.streaming_from(streaming)
         sampling = generation.sampling_from(sampling)
-        pad_token_id = sampling.pad_token_id
-        prompts, lengths = generation.check_prompts(prompt_ids, pad_token_id)
+        prompts, lengths = generation.check_prompts(prompt_ids, sampling.pad_token_id)
         generation.check_vocabulary(prompts, lengths, self._lm_config["vocab_size"])
         options = sampling.options(max_new_tokens)
+        flags = self._check_decoding(use_cache, jit_compile, compiled_loop, streaming)
+        total = prompts.shape[1] + options["max_new_tokens"]
+        self._check_reach(prompts.shape[1], total, flags.rolling, max_new_tokens)
+        sampler = samplers.get(
+            options["sampler"],
+            options["temperature"],
+            options["top_k"],
+            options["top_p"],
+        )
+        if flags.rolling is not None and not sampler.compiles:
+            _checks.fail(
+                "sampler",
+                "a Sampler with compiled_next_tokens for streaming (only the "
+                "compiled loop streams)",
+                sampler,
+            )
+        compiled = sampler.compiles if compiled_loop is None else compiled_loop
+        if _checks.boolean("compiled_loop", compiled):
+            return self._generate_compiled(prompts, lengths, options, sampler, flags)
+        prefill, step = _steps.decoding_steps(
+            self, len(lengths), total, flags.use_cache, flags.jit_compile
+        )
+        return generation.generate_tokens(
+            prefill, step, prompts, lengths, options["max_new_tokens"], sampling
+        )
+
+    def _check_decoding(self, use_cache, jit_compile, compiled_loop, streaming):
+        """`generate`'s checked flags and the rolling cache `(sink, slots)`."""
         use_cache = _checks.boolean("use_cache", use_cache)
         if not use_cache and self.reads_current_length:
             _checks.fail(
@@ -237,7 +265,6 @@ class Generating:
                 "length, which cached decoding (and every export) cannot",
             )
         jit_compile = _checks.boolean("jit_compile", jit_compile)
-        batch, total = len(lengths), prompts.shape[1] + options["max_new_tokens"]
         rolling = None
         if streaming is not None:
             rolling = self.check_streaming(streaming)
@@ -247,21 +274,28 @@ class Generating:
             ):
                 if value is False:
                     _checks.fail(name, f"True with streaming ({why})", value)
+        return types.SimpleNamespace(
+            use_cache=use_cache, jit_compile=jit_compile, rolling=rolling
+        )
+
+    def _check_reach(self, prompt_length, total, rolling, max_new_tokens):
+        """Refuses positions past what the model's tables reach: `learned`'s
+        table, xPos' float32 scales (a rolling cache reaches its slots)."""
         reach = total if rolling is None else rolling[1]  # the largest position + 1
         limit = self.max_length
-        if self.position == "learned" and prompts.shape[1] > limit:
+        if self.position == "learned" and prompt_length > limit:
             _checks.fail(
                 "prompt_ids",
                 f"prompts of at most max_length={limit} tokens for "
                 "position='learned' (its table ends at max_length)",
-                f"a prompt of {prompts.shape[1]} tokens",
+                f"a prompt of {prompt_length} tokens",
             )
         for layer in nested_layers(self):
             if isinstance(layer, RotaryEmbedding) and layer.max_position is not None:
                 if reach > layer.max_position:
                     _checks.fail(
                         "max_new_tokens",
-                        f"at most {layer.max_position - prompts.shape[1]} here: "
+                        f"at most {layer.max_position - prompt_length} here: "
                         f"xPos (xpos_scale_base={layer.xpos_scale_base}) scales "
                         f"leave float32 from position {layer.max_position}",
                         max_new_tokens,
@@ -269,53 +303,38 @@ class Generating:
         if self.position == "learned" and total > limit:
             _checks.fail(
                 "max_new_tokens",
-                f"at most max_length - prompt length = {limit - prompts.shape[1]} "
+                f"at most max_length - prompt length = {limit - prompt_length} "
                 "for position='learned' (its table ends at max_length)",
                 max_new_tokens,
             )
-        sampler = samplers.get(
-            options["sampler"],
-            options["temperature"],
-            options["top_k"],
-            options["top_p"],
+
+    def _generate_compiled(self, prompts, lengths, options, sampler, flags):
+        """`generate` in one compiled loop (`compiled_loop`).
+
+        One trace per batch size and prompt-length bucket, whatever
+        `max_new_tokens`: the loop's width, draws and stop list are padded to
+        sizes that do not move with it (`_loop.capacity`).
+        """
+        batch, rolling = len(lengths), flags.rolling
+        total = prompts.shape[1] + options["max_new_tokens"]
+        width = _loop.capacity(total, self.max_length, flags.use_cache, rolling)
+        decode = self.compiled_loop(
+            batch, width, flags.use_cache, flags.jit_compile, sampler, rolling
         )
-        if compiled_loop is None:
-            compiled_loop = sampler.compiles
-        if rolling is not None and not sampler.compiles:
-            _checks.fail(
-                "sampler",
-                "a Sampler with compiled_next_tokens for streaming (only the "
-                "compiled loop streams)",
-                sampler,
-            )
-        if _checks.boolean("compiled_loop", compiled_loop):
-            # One trace per batch size and prompt-length bucket, whatever
-            # max_new_tokens: the loop's width, draws and stop list are
-            # padded to sizes that do not move with it (`_loop.capacity`).
-            width = _loop.capacity(total, self.max_length, use_cache, rolling)
-            decode = self.compiled_loop(
-                batch, width, use_cache, jit_compile, sampler, rolling
-            )
-            draws = width if sampler.uses_uniforms else 1
-            uniforms = _loop.uniforms(options["seed"], range(batch), draws)
-            start = _loop.prefix_length(int(lengths.min()))
-            if rolling is not None:  # the prefill fills the cache at most
-                start = min(start, rolling[1])
-            out = np.full((batch, width), options["pad_token_id"], np.int32)
-            out[:, : prompts.shape[1]] = prompts
-            tokens = decode(
-                tf.constant(prompts[:, :start]),
-                tf.constant(out),
-                tf.constant(lengths),
-                tf.constant(options["max_new_tokens"]),
-                tf.constant(uniforms, tf.float64),
-                tf.constant(_loop.stop_list(options["stop_token_ids"])),
-                tf.constant(options["pad_token_id"]),
-            )
-            return tokens.numpy()[:, :total]
-        prefill, step = _steps.decoding_steps(
-            self, batch, total, use_cache, jit_compile
+        draws = width if sampler.uses_uniforms else 1
+        uniforms = _loop.uniforms(options["seed"], range(batch), draws)
+        start = _loop.prefix_length(int(lengths.min()))
+        if rolling is not None:  # the prefill fills the cache at most
+            start = min(start, rolling[1])
+        out = np.full((batch, width), options["pad_token_id"], np.int32)
+        out[:, : prompts.shape[1]] = prompts
+        tokens = decode(
+            tf.constant(prompts[:, :start]),
+            tf.constant(out),
+            tf.constant(lengths),
+            tf.constant(options["max_new_tokens"]),
+            tf.constant(uniforms, tf.float64),
+            tf.constant(_loop.stop_list(options["stop_token_ids"])),
+            tf.constant(options["pad_token_id"]),
         )
-        return generation.generate_tokens(
-            prefill, step, prompts, lengths, options["max_new_tokens"], sampling
-        )
+        return tokens.numpy()[:, :total]

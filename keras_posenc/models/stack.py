@@ -128,8 +128,7 @@ class TransformerStack:
         self.gates = [
             method.gate_layer(given.heads, i, parts) for i in range(given.layers)
         ]
-        self.blocks, self.norms = self._attention_blocks(given)
-        self.ffn = [_feed_forward(given, index) for index in range(given.layers)]
+        self.blocks, self.norms, self.ffn = self._layer_blocks(given)
         self.segment_positions = SegmentPositions(name="segment_positions")
         self.sums = {}  # quantize: one rounding layer per residual sum
         if given.quantize:
@@ -140,18 +139,21 @@ class TransformerStack:
             ]
             self.sums = {name: QuantizedAdd(name=name) for name in names}
 
-    def _attention_blocks(self, given):
-        """The attention (or recursive) block and its norm of every layer."""
+    def _layer_blocks(self, given):
+        """Every layer's attention (or recursive) block, its norm and its
+        feed-forward block, made layer by layer (unseeded initializers draw
+        their seeds when made: the order is the weights')."""
         method, parts, heads, width = (
             given.method,
             given.parts,
             given.heads,
             given.width,
         )
-        blocks, norms = [], []
+        blocks, norms, ffn = [], [], []
         for index in range(given.layers):
             if method.recursive:
                 blocks.append(_recursive_block(given, index))
+                ffn.append(_feed_forward(given, index))
                 continue
             bias = None
             if self.shared_bias is None:
@@ -177,7 +179,8 @@ class TransformerStack:
             )
             rounding = {"quantize": True} if given.quantize else {}
             norms.append(LayerNorm(name=f"attention_norm_{index}", **rounding))
-        return blocks, norms
+            ffn.append(_feed_forward(given, index))
+        return blocks, norms, ffn
 
     def conv_state(self, index):
         """Whether layer `index` keeps a causal-convolution state in the cache."""
@@ -273,92 +276,120 @@ class TransformerStack:
                 )
             packed = {"segment_ids": segment_ids}
             positions = self.segment_positions(segment_ids)  # (B, T) int32
-
-        def add(name, a, b):
-            if self.sums:  # the same rounding layer for sequences and steps
-                return self.sums[name]([a, b])
-            return _plus(a, b) if decoding else _add(a, b)  # Add keeps masks
-
-        where = {"start_index": index} if decoding else {}
-        slots, updated = iter(cache or ()), []
+        run = types.SimpleNamespace(
+            cache=cache,
+            decoding=decoding,
+            index=index,
+            training=training,
+            sink_tokens=sink_tokens,
+            packed=packed,
+            positions=positions,
+            slots=iter(cache or ()),  # the cache tensors, read in order
+            updated=[],
+            shared={},  # the shared bias, evaluated once: (1, N, T, T or S_max)
+        )
         if self.absolute is not None:
             encoding = self._positions(
                 x, self._encode_input, cache, index, positions, segment_ids
             )
-            x = add("position_sum", x, encoding)
+            x = self._sum("position_sum", x, encoding, run)
         x = self.embedding_norm(x)
-        shared = {}  # the shared bias, evaluated once: (1, N, T, T or S_max)
         if self.shared_bias is not None:
-            shared["attention_bias"] = self._bias_once(x, cache, index, positions)
+            bias = self._bias_once(x, cache, index, positions)
+            run.shared["attention_bias"] = bias
         for i, block in enumerate(self.blocks):
             if self.hpn is not None and i >= self.first:
-                if decoding and self.conv_state(i):
-                    maker = self.ffn[i - 1][3] if i else self.embedding_norm
-                    x, state = self.hpn(
-                        x,
-                        i - self.first,
-                        state=next(slots),
-                        start_index=index,
-                        **({"state_range": maker.output_range} if self.sums else {}),
-                    )
-                    updated.append(state)
-                else:
-                    x = self.hpn(
-                        x,
-                        i - self.first,
-                        training=training,
-                        **where,
-                        **packed,
-                        **self._cache_length(cache),
-                    )
+                x = self._generate_positions(x, i, run)
             if self.method.recursive:
-                if decoding:
-                    pair = [[next(slots), next(slots)] for _ in range(2)]
-                    x, pair = block(x, cache=pair, cache_update_index=index)
-                    updated.extend(pair[0] + pair[1])
-                else:
-                    x = block(
-                        x, use_causal_mask=self.causal, training=training, **packed
-                    )
+                x = self._recursive_step(x, block, run)
             else:
-                query = x
-                if self.combined is not None and i == 0:
-                    encoding, combine = self.combined
-                    query = combine(
-                        x, self._positions(x, encoding, cache, index, positions)
-                    )
-                extra = dict(shared)
-                if self.gates[i] is not None:
-                    if decoding and sink_tokens is not None:
-                        gate = self.gates[i].rolling_step(
-                            query, next(slots), index, sink_tokens
-                        )
-                        extra["attention_bias"], sums = gate
-                        updated.append(sums)
-                    elif decoding:
-                        gate = self.gates[i].step(query, next(slots), index)
-                        extra["attention_bias"], sums = gate
-                        updated.append(sums)
-                    else:
-                        extra["attention_bias"] = self.gates[i](query)
-                if decoding:
-                    if sink_tokens is not None:
-                        extra["sink_tokens"] = sink_tokens
-                    pair = [next(slots), next(slots)]  # keys, values
-                    attended, pair = block(
-                        query, cache=pair, cache_update_index=index, **extra
-                    )
-                    updated.extend(pair)
-                else:
-                    causal = {"use_causal_mask": True} if self.causal else {}
-                    attended = block(
-                        query, training=training, **causal, **extra, **packed
-                    )
-                x = self.norms[i](add(f"attention_sum_{i}", x, attended))
+                x = self._attention_step(x, i, block, run)
             hidden, output, dropout, norm = self.ffn[i]
             fed = dropout(output(hidden(x)), training=training)
-            x = norm(add(f"ffn_sum_{i}", x, fed))
-        return (x, updated) if decoding else x
+            x = norm(self._sum(f"ffn_sum_{i}", x, fed, run))
+        return (x, run.updated) if decoding else x
+
+    def _sum(self, name, a, b, run):
+        """`a + b`: the rounding layer `name` (the same for sequences and
+        steps), else a plain sum decoding, or `Add` (which keeps masks)."""
+        if self.sums:
+            return self.sums[name]([a, b])
+        return _plus(a, b) if run.decoding else _add(a, b)
+
+    def _generate_positions(self, x, i, run):
+        """Layer `i`'s position generator on `x` (decoding: its conv state)."""
+        if run.decoding and self.conv_state(i):
+            maker = self.ffn[i - 1][3] if i else self.embedding_norm
+            rounding = {"state_range": maker.output_range} if self.sums else {}
+            x, state = self.hpn(
+                x,
+                i - self.first,
+                state=next(run.slots),
+                start_index=run.index,
+                **rounding,
+            )
+            run.updated.append(state)
+            return x
+        where = {"start_index": run.index} if run.decoding else {}
+        return self.hpn(
+            x,
+            i - self.first,
+            training=run.training,
+            **where,
+            **run.packed,
+            **self._cache_length(run.cache),
+        )
+
+    def _recursive_step(self, x, block, run):
+        """A `RecursivePositionUpdate` block (decoding: its two cache pairs)."""
+        if not run.decoding:
+            causal = self.causal
+            return block(x, use_causal_mask=causal, training=run.training, **run.packed)
+        pair = [[next(run.slots), next(run.slots)] for _ in range(2)]
+        x, pair = block(x, cache=pair, cache_update_index=run.index)
+        run.updated.extend(pair[0] + pair[1])
+        return x
+
+    def _attention_step(self, x, i, block, run):
+        """Attention `i` and its residual norm (decoding: its keys, values
+        and the gate's sums)."""
+        query = x
+        if self.combined is not None and i == 0:
+            encoding, combine = self.combined
+            positions = self._positions(
+                x, encoding, run.cache, run.index, run.positions
+            )
+            query = combine(x, positions)
+        extra = dict(run.shared)
+        if self.gates[i] is not None:
+            extra["attention_bias"] = self._gate_bias(self.gates[i], query, run)
+        if run.decoding:
+            if run.sink_tokens is not None:
+                extra["sink_tokens"] = run.sink_tokens
+            pair = [next(run.slots), next(run.slots)]  # keys, values
+            attended, pair = block(
+                query, cache=pair, cache_update_index=run.index, **extra
+            )
+            run.updated.extend(pair)
+        else:
+            causal = {"use_causal_mask": True} if self.causal else {}
+            attended = block(
+                query, training=run.training, **causal, **extra, **run.packed
+            )
+        return self.norms[i](self._sum(f"attention_sum_{i}", x, attended, run))
+
+    def _gate_bias(self, gate, query, run):
+        """The forgetting gate's bias (decoding: from its sums, updated)."""
+        if not run.decoding:
+            return gate(query)
+        if run.sink_tokens is not None:
+            bias, sums = gate.rolling_step(
+                query, next(run.slots), run.index, run.sink_tokens
+            )
+        else:
+            bias, sums = gate.step(query, next(run.slots), run.index)
+        run.updated.append(sums)
+        return bias
 
     @staticmethod
     def _cache_length(cache):
