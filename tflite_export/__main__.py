@@ -80,6 +80,12 @@ def parse_args(argv):
         "(default g_model)",
     )
     parser.add_argument("--force", action="store_true", help="overwrite outputs")
+    _add_lm_arguments(parser)
+    return parser.parse_args(argv)
+
+
+def _add_lm_arguments(parser):
+    """The flags of a causal LM's export: target, cache length, streaming."""
     parser.add_argument(
         "--target",
         choices=("litert", "tflm"),
@@ -105,7 +111,6 @@ def parse_args(argv):
         default=None,
         help="with --cache-window: the first tokens the cache keeps (default 4)",
     )
-    return parser.parse_args(argv)
 
 
 def _natural_int(text):
@@ -360,41 +365,11 @@ def write_outputs(args, model_bytes, arena_bytes, extra=()):
 def _export_causal_lm(args, model, x):
     """Converts a causal LM, checks generation on the device, reports, writes it."""
     import tflite_export
-    from keras_posenc import generation
-    from keras_posenc.data import language_modeling
     from tflite_export.causal_lm import check_calibration_ids
 
-    if args.mode not in tflite_export.causal_lm.LM_MODES:
-        raise ValueError(
-            f"--mode must be one of {tflite_export.causal_lm.LM_MODES} for a causal "
-            f"LM, not {args.mode}"
-        )
-    streaming = None
-    if args.cache_window is not None:
-        if args.max_length is not None:
-            raise ValueError("--max-length and --cache-window exclude each other")
-        sink = 4 if args.sink_tokens is None else args.sink_tokens
-        streaming = generation.Streaming(args.cache_window, sink)
-        length = model.check_streaming(streaming)[1]  # the cache's slots
-    elif args.sink_tokens is not None:
-        raise ValueError("--sink-tokens goes with --cache-window")
-    else:
-        length = 64 if args.max_length is None else args.max_length
+    streaming, length = _lm_cache(args, model)
     ids = check_calibration_ids(model, x)
-    header = contract_header(args.out)
-    if args.c_array and header.exists() and not args.force:
-        raise ValueError(f"{header} exists; pass --force to overwrite it")
-    if args.c_array and header.resolve() in {
-        args.model.resolve(),
-        args.calibration.resolve(),
-    }:
-        raise ValueError(f"{header} is an input of this export; choose another --out")
-    target = args.target or "litert"
-    if args.c_array and target != "tflm":
-        raise ValueError(
-            "--c-array writes a microcontroller's files: pass --target tflm "
-            f"(received --target {target})"
-        )
+    target = _lm_target(args)
     try:
         model_bytes = tflite_export.convert_causal_lm(
             model,
@@ -425,15 +400,7 @@ def _export_causal_lm(args, model, x):
         report = tflite_export.verify_causal_lm(model_bytes, model, text)
         print(report.table())
         arena = report.arena
-    bytes_level = model.get_config()["vocab_size"] == language_modeling.VOCAB_SIZE
-    for runtime, found in tokens.items():
-        new_ids = found[0, len(prompt[0]) :].tolist()
-        print(f"| {runtime} greedy tokens | {new_ids} |")
-        if bytes_level:  # a byte-level LM: the ids are UTF-8 bytes
-            print(f"| {runtime} greedy text | {language_modeling.text_of(new_ids)!r} |")
-    if len(tokens) == 2:
-        same = bool((tokens["litert"] == tokens["tflm"]).all())
-        print(f"| TFLM == LiteRT | {same} |")
+    _print_tokens(model, tokens, len(prompt[0]))
     contract = tflite_export.device_contract(model_bytes)
     print(contract.table())
     extra = []
@@ -442,6 +409,58 @@ def _export_causal_lm(args, model, x):
             arena = contract.arena
         extra = [(contract_header(args.out), contract.c_header(args.name, arena))]
     return write_outputs(args, model_bytes, arena, extra)
+
+
+def _lm_cache(args, model):
+    """`(streaming or None, cache length)` of an LM export's flags."""
+    from keras_posenc import generation
+    from tflite_export.causal_lm import LM_MODES
+
+    if args.mode not in LM_MODES:
+        raise ValueError(
+            f"--mode must be one of {LM_MODES} for a causal LM, not {args.mode}"
+        )
+    if args.cache_window is None:
+        if args.sink_tokens is not None:
+            raise ValueError("--sink-tokens goes with --cache-window")
+        return None, 64 if args.max_length is None else args.max_length
+    if args.max_length is not None:
+        raise ValueError("--max-length and --cache-window exclude each other")
+    sink = 4 if args.sink_tokens is None else args.sink_tokens
+    streaming = generation.Streaming(args.cache_window, sink)
+    return streaming, model.check_streaming(streaming)[1]  # the cache's slots
+
+
+def _lm_target(args):
+    """The LM export's target; `--c-array`'s header checked before any work."""
+    header = contract_header(args.out)
+    if args.c_array and header.exists() and not args.force:
+        raise ValueError(f"{header} exists; pass --force to overwrite it")
+    inputs = {args.model.resolve(), args.calibration.resolve()}
+    if args.c_array and header.resolve() in inputs:
+        raise ValueError(f"{header} is an input of this export; choose another --out")
+    target = args.target or "litert"
+    if args.c_array and target != "tflm":
+        raise ValueError(
+            "--c-array writes a microcontroller's files: pass --target tflm "
+            f"(received --target {target})"
+        )
+    return target
+
+
+def _print_tokens(model, tokens, prompt_length):
+    """Each runtime's greedy tokens (and text, for a byte-level LM) as rows."""
+    from keras_posenc.data import language_modeling
+
+    bytes_level = model.get_config()["vocab_size"] == language_modeling.VOCAB_SIZE
+    for runtime, found in tokens.items():
+        new_ids = found[0, prompt_length:].tolist()
+        print(f"| {runtime} greedy tokens | {new_ids} |")
+        if bytes_level:  # a byte-level LM: the ids are UTF-8 bytes
+            print(f"| {runtime} greedy text | {language_modeling.text_of(new_ids)!r} |")
+    if len(tokens) == 2:
+        same = bool((tokens["litert"] == tokens["tflm"]).all())
+        print(f"| TFLM == LiteRT | {same} |")
 
 
 def contract_header(out):

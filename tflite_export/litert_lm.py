@@ -147,6 +147,37 @@ def _plan(
     streaming,
 ):
     """Every argument checked before any work; what the export needs."""
+    _check_model_and_mode(model, mode, streaming)
+    if not isinstance(path, (str, os.PathLike)) or not str(path).endswith(".litertlm"):
+        raise ValueError(
+            f"`path` must be a file name ending in '.litertlm'. Received: {path!r}"
+        )
+    check_targets([pathlib.Path(path)], force)
+    vocab = model.get_config()["vocab_size"]
+    lengths = _prefill_lengths(prefill_lengths)
+    tokens = _tokens(start_token, stop_tokens, vocab)
+    max_num_tokens = _context(model, max_num_tokens, lengths)
+    cache_length = max_num_tokens + max(lengths)
+    check_cache_length(model, cache_length, "max_num_tokens + max(prefill_lengths)")
+    text = tokenizer_text(tokenizer, vocab, tokens)
+    check_float32(model, FLOAT32_PURPOSE if mode == "float32" else None)
+    if mode == "int8_float_io":
+        refuse_float_only_layers(model, "int8")
+    if mode == "dynamic_int8":
+        _refuse_small_kernels(model)
+    ids = _calibration_ids(model, calibration_ids, mode)
+    _builder()  # the extra, before any work
+    return {
+        "cache_length": cache_length,
+        "prefill_lengths": lengths,
+        "tokenizer": text,
+        "metadata": llm_metadata(tokens, max_num_tokens),
+        "ids": ids,
+    }
+
+
+def _check_model_and_mode(model, mode, streaming):
+    """A `CausalLM` the engine can run, in a mode it reads, not streaming."""
     if not isinstance(model, CausalLM):
         raise TypeError(
             "`model` must be a CausalLM (keras_posenc.models.build_causal_lm). "
@@ -172,14 +203,11 @@ def _plan(
     refusal = litert_lm_blocker(model)
     if refusal is not None:
         raise ExportError(f"{model.name} cannot run in LiteRT-LM: {refusal}")
-    if not isinstance(path, (str, os.PathLike)) or not str(path).endswith(".litertlm"):
-        raise ValueError(
-            f"`path` must be a file name ending in '.litertlm'. Received: {path!r}"
-        )
-    check_targets([pathlib.Path(path)], force)
-    vocab = model.get_config()["vocab_size"]
-    lengths = _prefill_lengths(prefill_lengths)
-    tokens = _tokens(start_token, stop_tokens, vocab)
+
+
+def _context(model, max_num_tokens, lengths):
+    """The engine's context `max_num_tokens` (>= 2): by default the model's
+    `max_length`, less the longest prefill for `learned` positions."""
     if max_num_tokens is None:
         max_num_tokens = model.max_length
         if model.position == "learned":
@@ -195,37 +223,27 @@ def _plan(
     max_num_tokens = _positive_int("max_num_tokens", max_num_tokens)
     if max_num_tokens < 2:
         _fail("max_num_tokens", "an int >= 2", max_num_tokens)
-    cache_length = max_num_tokens + max(lengths)
-    check_cache_length(model, cache_length, "max_num_tokens + max(prefill_lengths)")
-    text = tokenizer_text(tokenizer, vocab, tokens)
-    check_float32(model, FLOAT32_PURPOSE if mode == "float32" else None)
-    if mode == "int8_float_io":
-        refuse_float_only_layers(model, "int8")
-    if mode == "dynamic_int8":
-        _refuse_small_kernels(model)
-    ids = None
-    if mode == "int8_float_io":
-        if calibration_ids is None and not model.get_config().get("quantize"):
-            raise ExportError(
-                "mode='int8_float_io' needs `calibration_ids` (real token "
-                "sequences) unless the model is quantization-aware. Received: "
-                "calibration_ids=None"
-            )
+    return max_num_tokens
+
+
+def _calibration_ids(model, calibration_ids, mode):
+    """The checked calibration ids of `int8_float_io` (None: trained ranges)."""
+    if mode != "int8_float_io":
         if calibration_ids is not None:
-            ids = check_calibration_ids(model, calibration_ids)
-    elif calibration_ids is not None:
-        raise ValueError(
-            "`calibration_ids` is read by mode='int8_float_io' only. Received: "
-            f"calibration ids with mode={mode!r}"
+            raise ValueError(
+                "`calibration_ids` is read by mode='int8_float_io' only. Received: "
+                f"calibration ids with mode={mode!r}"
+            )
+        return None
+    if calibration_ids is None and not model.get_config().get("quantize"):
+        raise ExportError(
+            "mode='int8_float_io' needs `calibration_ids` (real token "
+            "sequences) unless the model is quantization-aware. Received: "
+            "calibration_ids=None"
         )
-    _builder()  # the extra, before any work
-    return {
-        "cache_length": cache_length,
-        "prefill_lengths": lengths,
-        "tokenizer": text,
-        "metadata": llm_metadata(tokens, max_num_tokens),
-        "ids": ids,
-    }
+    if calibration_ids is None:
+        return None
+    return check_calibration_ids(model, calibration_ids)
 
 
 def _projection_layers(model):

@@ -92,26 +92,7 @@ def verify(model_bytes, keras_model=None, x=None, y=None):
         A `Report`.
     """
     interpreter = _litert(model_bytes)
-    signatures = sorted(interpreter.get_signature_list())
-    if "decode" in signatures:
-        raise ValueError(
-            "`model_bytes` must be a one-input model of `convert`; these are a "
-            f"causal LM export of `convert_causal_lm` (signatures {signatures}). "
-            "Run it with tflite_export.generate_tflite(model_bytes, prompt_ids, "
-            "max_new_tokens, runtime=...)"
-        )
-    inp = interpreter.get_input_details()[0]
-    outs = interpreter.get_output_details()
-    if y is not None and len(outs) > 1:
-        raise ValueError(
-            "`y` must be None for a model of several outputs (accuracy reads "
-            f"one output's classes). Received: labels for {len(outs)} outputs"
-        )
-    if keras_model is not None and len(keras_model.outputs) != len(outs):
-        raise ValueError(
-            f"`keras_model` must have the TFLite model's {len(outs)} outputs. "
-            f"Received: {keras_model.name} with {len(keras_model.outputs)}"
-        )
+    inp, outs = _checked_ports(interpreter, keras_model, y)
     ops = sorted({op["op_name"] for op in interpreter._get_ops_details()})
     if x is None:
         x = np.zeros([2] + list(inp["shape"][1:]), dtype=inp["dtype"])
@@ -138,13 +119,7 @@ def verify(model_bytes, keras_model=None, x=None, y=None):
         report.tflm_vs_litert = _largest_gap(tflm, litert)
     reference = None
     if keras_model is not None:
-        reference = keras_model.predict(x, verbose=0, batch_size=64)
-        reference = [
-            np.asarray(r)
-            for r in (
-                reference if isinstance(reference, (list, tuple)) else [reference]
-            )
-        ]
+        reference = _keras_outputs(keras_model, x)
         report.max_error = _largest_gap(litert, reference)
         if tflm is not None:
             report.tflm_max_error = _largest_gap(tflm, reference)
@@ -156,6 +131,39 @@ def verify(model_bytes, keras_model=None, x=None, y=None):
             None if reference is None else _accuracy(reference[0], y)
         )
     return report
+
+
+def _checked_ports(interpreter, keras_model, y):
+    """`(input, outputs)` details of a `convert` model `verify` can compare."""
+    signatures = sorted(interpreter.get_signature_list())
+    if "decode" in signatures:
+        raise ValueError(
+            "`model_bytes` must be a one-input model of `convert`; these are a "
+            f"causal LM export of `convert_causal_lm` (signatures {signatures}). "
+            "Run it with tflite_export.generate_tflite(model_bytes, prompt_ids, "
+            "max_new_tokens, runtime=...)"
+        )
+    inp = interpreter.get_input_details()[0]
+    outs = interpreter.get_output_details()
+    if y is not None and len(outs) > 1:
+        raise ValueError(
+            "`y` must be None for a model of several outputs (accuracy reads "
+            f"one output's classes). Received: labels for {len(outs)} outputs"
+        )
+    if keras_model is not None and len(keras_model.outputs) != len(outs):
+        raise ValueError(
+            f"`keras_model` must have the TFLite model's {len(outs)} outputs. "
+            f"Received: {keras_model.name} with {len(keras_model.outputs)}"
+        )
+    return inp, outs
+
+
+def _keras_outputs(keras_model, x):
+    """The Keras model's outputs on `x`, a list of arrays in its order."""
+    reference = keras_model.predict(x, verbose=0, batch_size=64)
+    if not isinstance(reference, (list, tuple)):
+        reference = [reference]
+    return [np.asarray(r) for r in reference]
 
 
 def run_tflm(model_bytes, quantized_inputs, num_outputs=None):

@@ -73,6 +73,38 @@ def verify_causal_lm(model_bytes, keras_model, token_ids):
     Returns:
         An `LMReport`.
     """
+    contract, ids = _checked(model_bytes, keras_model, token_ids)
+    capacity = contract.cache_length
+    decoder = Decoder(bytes(model_bytes), "litert")
+    litert = []
+    for row in ids:
+        decoder.reset()
+        logits = [decoder.run_decode(int(token), t)[0] for t, token in enumerate(row)]
+        litert.append(np.stack(logits[:-1]))  # (L - 1, V): each next token's
+    keras = np.asarray(keras_model.logits(ids))[:, :-1]
+    report = LMReport(
+        size_bytes=len(model_bytes),
+        signatures=sorted(decoder.signatures),
+        cache_length=capacity,
+        bits_per_token_keras=_bits(keras, ids[:, 1:]),
+        bits_per_token_litert=_bits(np.stack(litert), ids[:, 1:]),
+    )
+    if "prefill" in decoder.signatures:
+        return report  # a LiteRT export: TFLM does not run it
+    half = max(1, ids.shape[1] // 2)
+    prompts, new = ids[:, :half], ids.shape[1] - half
+    lengths = np.full(len(ids), half, np.int32)
+    options = generation.Sampling().options(new)
+    tflm = tflm_generation(model_bytes, prompts, lengths, options)
+    arena = measure_arena(model_bytes)
+    report.arena_bytes, report.arena_bytes_32bit = arena.bytes, arena.bytes_32bit
+    reference = generate_tflite(model_bytes, prompts, new, runtime="litert")
+    report.greedy_agreement = float(np.mean(tflm[:, half:] == reference[:, half:]))
+    return report
+
+
+def _checked(model_bytes, keras_model, token_ids):
+    """`(device contract, int32 ids)` of `verify_causal_lm`'s checked arguments."""
     if not isinstance(model_bytes, (bytes, bytearray)):
         raise TypeError(
             "`model_bytes` must be bytes of convert_causal_lm. "
@@ -106,34 +138,7 @@ def verify_causal_lm(model_bytes, keras_model, token_ids):
     generation.check_vocabulary(
         ids, np.full(len(ids), ids.shape[1]), vocab, name="token_ids"
     )
-    ids = ids.astype(np.int32)
-
-    decoder = Decoder(bytes(model_bytes), "litert")
-    litert = []
-    for row in ids:
-        decoder.reset()
-        logits = [decoder.run_decode(int(token), t)[0] for t, token in enumerate(row)]
-        litert.append(np.stack(logits[:-1]))  # (L - 1, V): each next token's
-    keras = np.asarray(keras_model.logits(ids))[:, :-1]
-    report = LMReport(
-        size_bytes=len(model_bytes),
-        signatures=sorted(decoder.signatures),
-        cache_length=capacity,
-        bits_per_token_keras=_bits(keras, ids[:, 1:]),
-        bits_per_token_litert=_bits(np.stack(litert), ids[:, 1:]),
-    )
-    if "prefill" in decoder.signatures:
-        return report  # a LiteRT export: TFLM does not run it
-    half = max(1, ids.shape[1] // 2)
-    prompts, new = ids[:, :half], ids.shape[1] - half
-    lengths = np.full(len(ids), half, np.int32)
-    options = generation.Sampling().options(new)
-    tflm = tflm_generation(model_bytes, prompts, lengths, options)
-    arena = measure_arena(model_bytes)
-    report.arena_bytes, report.arena_bytes_32bit = arena.bytes, arena.bytes_32bit
-    reference = generate_tflite(model_bytes, prompts, new, runtime="litert")
-    report.greedy_agreement = float(np.mean(tflm[:, half:] == reference[:, half:]))
-    return report
+    return contract, ids.astype(np.int32)
 
 
 def _bits(logits, targets):

@@ -57,23 +57,9 @@ def check_arguments(overrides_attention, arguments):
     for name in ("value_dim", "output_dim", "attention_window"):
         checked[name] = _checks.positive_int(name, given[name], allow_none=True)
     heads = checked["num_heads"]
-    position_bias = optional_layer("position_bias", given["position_bias"])
-    check_heads("position_bias", position_bias, heads)
-    rotary = optional_layer("rotary", given["rotary"], RotaryEmbedding)
-    quantize = given["quantize"]
-    if quantize not in (False, True, "cache"):
-        _checks.fail("quantize", "False, True or 'cache'", quantize)
-    if quantize and rotary is not None:
-        _rope_checks.check_quantized_rotary(rotary, checked["key_dim"])
-    contextual_position = optional_layer(
-        "contextual_position", given["contextual_position"], ContextualPosition
-    )
-    if contextual_position is not None and quantize:
-        _checks.fail(
-            "contextual_position",
-            "None with `quantize=True` (it counts over the logits in float)",
-            contextual_position,
-        )
+    checked.update(_checked_layers(given, heads, checked["key_dim"]))
+    position_bias, quantize = checked["position_bias"], checked["quantize"]
+    contextual_position = checked["contextual_position"]
     options = lsh_options(given["attention_options"])
     lsh = check_lsh(
         options.get("attention_type", "dense"),
@@ -95,10 +81,6 @@ def check_arguments(overrides_attention, arguments):
             num_hashes=num_hashes, bucket_size=bucket_size, hash_seed=hash_seed
         )
     checked.update(
-        position_bias=position_bias,
-        rotary=rotary,
-        quantize=quantize,
-        contextual_position=contextual_position,
         num_key_value_heads=check_key_value_heads(
             given["num_key_value_heads"], heads, attention_type
         ),
@@ -109,6 +91,34 @@ def check_arguments(overrides_attention, arguments):
         hash_seed=hash_seed,
     )
     return checked
+
+
+def _checked_layers(given, heads, key_dim):
+    """The checked `position_bias`, `rotary`, `quantize` and
+    `contextual_position` of the constructor's `given` arguments."""
+    position_bias = optional_layer("position_bias", given["position_bias"])
+    check_heads("position_bias", position_bias, heads)
+    rotary = optional_layer("rotary", given["rotary"], RotaryEmbedding)
+    quantize = given["quantize"]
+    if quantize not in (False, True, "cache"):
+        _checks.fail("quantize", "False, True or 'cache'", quantize)
+    if quantize and rotary is not None:
+        _rope_checks.check_quantized_rotary(rotary, key_dim)
+    contextual_position = optional_layer(
+        "contextual_position", given["contextual_position"], ContextualPosition
+    )
+    if contextual_position is not None and quantize:
+        _checks.fail(
+            "contextual_position",
+            "None with `quantize=True` (it counts over the logits in float)",
+            contextual_position,
+        )
+    return dict(
+        position_bias=position_bias,
+        rotary=rotary,
+        quantize=quantize,
+        contextual_position=contextual_position,
+    )
 
 
 def lsh_options(attention_options):

@@ -236,47 +236,15 @@ class HierarchicalPositionNetwork(keras.layers.Layer):
         generator = self.generator(self.generator_index(layer_idx))
         rounding = self._rounding(layer_idx, training)
         mask = incoming_mask(inputs, mask)  # Keras 3 passes none beside segment_ids
-        if segment_ids is not None:
-            if self.quantize:
-                _checks.fail(
-                    "segment_ids",
-                    "None for a layer with quantize=True (a packed row's "
-                    "per-document convolution and positions are not rounded)",
-                    "a segment_ids tensor",
-                )
-            segment_ids = tf.convert_to_tensor(segment_ids)
-            check_segment_ids(segment_ids)
-            if state is not None:
-                _checks.fail(
-                    "state",
-                    "None with `segment_ids` (decoding runs one document per row)",
-                    "a state tensor",
-                )
-        inputs_read = inputs
-        if mask is not None and self.position_features == "conv":
-            # Padded neighbours read as zeros, as past the end of a shorter input.
-            real = tf.cast(mask, bool)[:, :, None]
-            if self.quantize:  # int8: times 0/1 weights on their exact grid
-                # (a SELECT of the input and a zero would need one scale
-                # twice, which the converter recomputes and refuses)
-                weights = quantization.fake_quant(tf.where(real, 1.0, 0.0), 0.0, 1.0)
-                weights = tf.cast(weights, inputs_read.dtype)
-                inputs_read = rounding("read", inputs_read * weights)
-            else:
-                zeros = tf.zeros_like(inputs_read)
-                inputs_read = tf.where(real, inputs_read, zeros)
+        segment_ids = self._check_call(segment_ids, state)
+        inputs_read = self._masked_read(inputs, mask, rounding)
+        conv = self.position_features == "conv"
         features = inputs_read
-        if state is not None and not (self.causal and self.position_features == "conv"):
-            raise ValueError(
-                "`state` is for causal 'conv' features only. Received: state "
-                f"with position_features={self.position_features!r}, "
-                f"causal={self.causal}"
-            )
-        if segment_ids is not None and self.position_features == "conv":
+        if segment_ids is not None and conv:
             features = self._segment_conv(
                 generator["conv"], inputs_read, ops.segments.runs(segment_ids)
             )
-        elif self.causal and self.position_features == "conv":
+        elif self.causal and conv:
             if state is None:  # zeros before the first token
                 padding = [[0, 0], [self.kernel_size - 1, 0], [0, 0]]
                 features = tf.pad(inputs_read, padding)
@@ -287,19 +255,84 @@ class HierarchicalPositionNetwork(keras.layers.Layer):
                 )
         parts = GENERATOR_PARTS[self.position_features]
         if self.position_features == "sinusoid":
-            encode = self._sinusoids(segment_ids)
-            length = axis_size(inputs, 1)
-            if self.quantize:  # round(x W1[:D]) + round(sin/cos W1[D:] + b1)
-                hidden = generator["hidden"]
-                features = self._split_hidden(
-                    hidden, inputs, encode, (start_index, max_length), rounding
-                )
-                features = hidden.output_range(features, training=training)
-                parts = ("output",)
-            else:
-                table = self._rows(encode, start_index, length, max_length)
-                table = tf.broadcast_to(tf.cast(table, inputs.dtype), tf.shape(inputs))
-                features = tf.concat([inputs, table], axis=-1)  # (B, T, 2D)
+            where = (start_index, max_length)
+            features, parts = self._sinusoid_features(
+                inputs, generator, segment_ids, where, (rounding, training)
+            )
+        features = self._generate(
+            generator, features, (parts, segment_ids), (rounding, training)
+        )
+        pos_info = self._dropout_layer(features, training=training)  # (B, T, D)
+        if self.position_l2:
+            squared = tf.square(tf.cast(pos_info, tf.float32))
+            self.add_loss(self.position_l2 * tf.reduce_mean(squared))
+        outputs = rounding("sum", inputs + pos_info)
+        if state is not None:
+            return outputs, state
+        return outputs
+
+    def _check_call(self, segment_ids, state):
+        """`segment_ids` as a checked tensor (or None); refused call pairs."""
+        if state is not None and not (self.causal and self.position_features == "conv"):
+            raise ValueError(
+                "`state` is for causal 'conv' features only. Received: state "
+                f"with position_features={self.position_features!r}, "
+                f"causal={self.causal}"
+            )
+        if segment_ids is None:
+            return None
+        if self.quantize:
+            _checks.fail(
+                "segment_ids",
+                "None for a layer with quantize=True (a packed row's "
+                "per-document convolution and positions are not rounded)",
+                "a segment_ids tensor",
+            )
+        segment_ids = tf.convert_to_tensor(segment_ids)
+        check_segment_ids(segment_ids)
+        if state is not None:
+            _checks.fail(
+                "state",
+                "None with `segment_ids` (decoding runs one document per row)",
+                "a state tensor",
+            )
+        return segment_ids
+
+    def _masked_read(self, inputs, mask, rounding):
+        """The inputs the convolution reads: padded neighbours as zeros, as
+        past the end of a shorter input."""
+        if mask is None or self.position_features != "conv":
+            return inputs
+        real = tf.cast(mask, bool)[:, :, None]
+        if not self.quantize:
+            return tf.where(real, inputs, tf.zeros_like(inputs))
+        # int8: times 0/1 weights on their exact grid (a SELECT of the input
+        # and a zero would need one scale twice, which the converter
+        # recomputes and refuses)
+        weights = quantization.fake_quant(tf.where(real, 1.0, 0.0), 0.0, 1.0)
+        return rounding("read", inputs * tf.cast(weights, inputs.dtype))
+
+    def _sinusoid_features(self, inputs, generator, segment_ids, where, rounded):
+        """`(features, parts left)` of the sinusoid generator: `[x, sin/cos]`
+        `(B, T, 2D)`, or quantized the first layer already applied in two
+        halves (`round(x W1[:D]) + round(sin/cos W1[D:] + b1)`)."""
+        rounding, training = rounded
+        start_index, max_length = where
+        encode = self._sinusoids(segment_ids)
+        if self.quantize:
+            hidden = generator["hidden"]
+            features = self._split_hidden(hidden, inputs, encode, where, rounding)
+            return hidden.output_range(features, training=training), ("output",)
+        length = axis_size(inputs, 1)
+        table = self._rows(encode, start_index, length, max_length)
+        table = tf.broadcast_to(tf.cast(table, inputs.dtype), tf.shape(inputs))
+        features = tf.concat([inputs, table], axis=-1)  # (B, T, 2D)
+        return features, GENERATOR_PARTS[self.position_features]
+
+    def _generate(self, generator, features, which, rounded):
+        """`features` through the generator's parts `which[0]`, in order (a
+        packed row's convolution, `which[1]` given, is done already)."""
+        (parts, segment_ids), (rounding, training) = which, rounded
         for part in parts:
             if part == "conv" and segment_ids is not None:
                 continue  # done tap by tap above
@@ -310,14 +343,7 @@ class HierarchicalPositionNetwork(keras.layers.Layer):
                 features = generator[part](features, training=training)
             else:
                 features = generator[part](features)
-        pos_info = self._dropout_layer(features, training=training)  # (B, T, D)
-        if self.position_l2:
-            squared = tf.square(tf.cast(pos_info, tf.float32))
-            self.add_loss(self.position_l2 * tf.reduce_mean(squared))
-        outputs = rounding("sum", inputs + pos_info)
-        if state is not None:
-            return outputs, state
-        return outputs
+        return features
 
     def compute_output_shape(self, input_shape):
         return tuple(input_shape)

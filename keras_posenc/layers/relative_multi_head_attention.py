@@ -48,6 +48,17 @@ from keras_posenc.layers._rounding import rounder, rounding_points
 from keras_posenc.layers.quantized_dense import QuantizedDense
 from keras_posenc.ops import quantization
 
+#: The call arguments `AttentionChecks._check_call` reads.
+CHECKED = (
+    "attention_mask",
+    "attention_bias",
+    "return_attention_scores",
+    "positions",
+    "key_positions",
+    "cache",
+    "cache_update_index",
+    "segment_ids",
+)
 #: The public names of the projections, as in `keras.layers.MultiHeadAttention`.
 PROJECTIONS = ("query_dense", "key_dense", "value_dense", "output_dense")
 #: The tensors int8 TFLite rounds between the projections (`quantize=True`).
@@ -241,50 +252,24 @@ class RelativeMultiHeadAttention(
         sink_tokens=None,
         segment_ids=None,
     ):
+        given = {name: v for name, v in locals().items() if name in CHECKED}
         self_attention = value is None and key is None  # Keras 2 converts query only
         value = query if value is None else tf.convert_to_tensor(value)
         key = value if key is None else tf.convert_to_tensor(key)
-        self._check_call(
-            query,
-            key,
-            value,
-            attention_mask=attention_mask,
-            attention_bias=attention_bias,
-            return_attention_scores=return_attention_scores,
-            positions=positions,
-            key_positions=key_positions,
-            cache=cache,
-            cache_update_index=cache_update_index,
-            self_attention=self_attention,
-            segment_ids=segment_ids,
-        )
+        self._check_call(query, key, value, self_attention=self_attention, **given)
         where = dict(
             start_index=start_index, positions=positions, key_positions=key_positions
         )
-        segments = self._segments(
-            segment_ids,
-            query,
-            key,
-            dict(cache=cache, positions=positions, key_positions=key_positions),
-        )  # (runs, positions) of a packed row, or None
+        placed = dict(cache=cache, positions=positions, key_positions=key_positions)
+        # (runs, positions) of a packed row, or None
+        segments = self._segments(segment_ids, query, key, placed)
         pairs = ((query, query_mask), (value, value_mask), (key, key_mask))
         masks = [incoming_mask(tensor, mask) for tensor, mask in pairs]
-        if cache is not None and self.quantize and not self.quantize_cache:
-            _checks.fail(
-                "cache",
-                "None for a layer with quantize=True and quantize_cache=False "
-                "(an int8 cache needs its own range)",
-                "a cache",
-            )
-        if sink_tokens is not None:
-            self._check_rolling(cache, sink_tokens)
-        if cache is not None:  # decoding: self-attention over the cache
+        if cache is not None or sink_tokens is not None:
             extra = dict(attention_mask=attention_mask, attention_bias=attention_bias)
-            if sink_tokens is not None:
-                return self._decode_rolling(
-                    query, cache, cache_update_index, sink_tokens, **extra
-                )
-            return self._decode(query, cache, cache_update_index, **extra)
+            return self._decode_call(
+                query, (cache, cache_update_index, sink_tokens), extra
+            )
         q, k, v = self._project(query, key, value, training)  # (B, T|S, N, H)
         if self.rotary is not None:
             turned = where  # a packed row turns each run from position 0
@@ -406,6 +391,23 @@ class RelativeMultiHeadAttention(
         weights = self._weights(logits, bias, mask, training)
         dropped = self._dropout_layer(weights, training=training)
         return r("context", tf.matmul(dropped, value)), weights
+
+    def _decode_call(self, query, cached, extra):
+        """Decoding: self-attention over `cached = (cache, index,
+        sink_tokens)`, a full or a rolling cache; `extra` the call's mask
+        and bias. Returns `(output, cache)`."""
+        cache, index, sink_tokens = cached
+        if cache is not None and self.quantize and not self.quantize_cache:
+            _checks.fail(
+                "cache",
+                "None for a layer with quantize=True and quantize_cache=False "
+                "(an int8 cache needs its own range)",
+                "a cache",
+            )
+        if sink_tokens is not None:
+            self._check_rolling(cache, sink_tokens)
+            return self._decode_rolling(query, cache, index, sink_tokens, **extra)
+        return self._decode(query, cache, index, **extra)
 
     def _rounding_names(self):
         """The tensors `quantize` rounds: `ROUNDING_POINTS`, the cache's with

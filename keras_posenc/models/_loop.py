@@ -34,54 +34,12 @@ def compile_loop(
     """
     batch, total = batch_size, total_length
     phased = jit_compile and use_cache and rolling is None
-    if use_cache:
-        sink, slots = rolling or (None, total)
-        shapes = model.cache_shapes(batch, slots)
-        dtype = model.compute_dtype
-
-        def first_logits(prefix):
-            cache = [tf.zeros(shape, dtype) for shape in shapes]
-            logits, cache = model.call_with_cache(prefix, cache, 0, sink_tokens=sink)
-            return logits[:, -1], cache
-
-        def next_logits(state, fed, index):
-            with in_place_writes():  # the loop owns its caches
-                logits, state = model.call_with_cache(
-                    fed[:, None], state, index, sink_tokens=sink
-                )
-            return logits[:, -1], state
-
-    else:
-        first_logits = None  # the loop's first step reads the prompt's last token
-
-        def next_logits(state, fed, index):
-            buffer = _write_column(state[0], fed, index)
-            return tf.gather(model.logits(buffer), index, axis=1), [buffer]
+    first_logits, next_logits = _logit_steps(model, batch, total, use_cache, rolling)
 
     def decode(prefix, prompts, lengths, max_new, uniforms, stops, pad):
         start = tf.shape(prefix)[1]
         end = lengths + max_new  # first slot after each row's new tokens
-        last_draw = tf.shape(uniforms)[1] - 1
-
-        def choose(logits, t, out, done, drawn):
-            """Token `t` of every row, as one iteration of the NumPy loop."""
-            prompted = t < lengths
-            active = ~prompted & ~done & (t < end)
-            # Row r's next uniform is the value its stream gives next.
-            u = tf.gather(uniforms, tf.minimum(drawn, last_draw), batch_dims=1)
-            chosen = sampler.compiled_next_tokens(tf.cast(logits, tf.float64), u)
-            chosen = tf.ensure_shape(tf.cast(chosen, tf.int32), [batch])
-            given = tf.gather(out, t, axis=1)
-            token = tf.where(prompted, given, tf.where(active, chosen, pad))
-            out = _write_column(out, token, t)
-            done = done | (active & tf.reduce_any(chosen[:, None] == stops, -1))
-            drawn = drawn + tf.cast(active, tf.int32)
-            fed = tf.where(prompted | active, token, 0)  # finished rows: id 0
-            return out, done, drawn, fed
-
-        def going(t, done):
-            return (t < total) & ~tf.reduce_all(done | (t >= end))
-
+        choose = _chooser(sampler, batch, (lengths, end), uniforms, (stops, pad))
         done = tf.zeros([batch], tf.bool)
         drawn = tf.zeros([batch], tf.int32)
         if first_logits is not None:  # prefill, then token `start` outside the loop
@@ -96,6 +54,9 @@ def compile_loop(
             state = [tf.ensure_shape(buffer, [batch, total])]
             out, fed, first = prompts, prefix[:, -1], start
 
+        def going(t, done):
+            return (t < total) & ~tf.reduce_all(done | (t >= end))
+
         def body(t, out, done, drawn, fed, state):
             shapes = [s.shape for s in state]
             logits, state = next_logits(state, fed, t - 1)
@@ -104,25 +65,7 @@ def compile_loop(
             return t + 1, out, done, drawn, fed, state
 
         carried = (first, out, done, drawn, fed, list(state))
-        if not phased:  # a plain graph's steps read up to their own position
-            return tf.while_loop(
-                lambda t, out, done, *_: going(t, done),
-                body,
-                carried,
-                parallel_iterations=1,
-            )[1]
-        # XLA slices only to static sizes: a loop per phase of the cache, each
-        # step reading the slots up to its phase's end (the step at `t`
-        # writes position `t - 1`), not all `total`.
-        for width in phase_widths(total):
-            with read_bound(width):
-                carried = tf.while_loop(
-                    lambda t, out, done, *_, width=width: going(t, done) & (t <= width),
-                    body,
-                    carried,
-                    parallel_iterations=1,
-                )
-        return carried[1]
+        return _loop_steps(going, body, carried, total if phased else None)
 
     return tf.function(
         decode,
@@ -138,6 +81,84 @@ def compile_loop(
         jit_compile=jit_compile,
         autograph=False,
     )
+
+
+def _logit_steps(model, batch, total, use_cache, rolling):
+    """`(first_logits, next_logits)`: the prefill (None without a cache: the
+    loop's first step reads the prompt's last token) and one step."""
+    if not use_cache:
+
+        def next_logits(state, fed, index):
+            buffer = _write_column(state[0], fed, index)
+            return tf.gather(model.logits(buffer), index, axis=1), [buffer]
+
+        return None, next_logits
+    sink, slots = rolling or (None, total)
+    shapes = model.cache_shapes(batch, slots)
+    dtype = model.compute_dtype
+
+    def first_logits(prefix):
+        cache = [tf.zeros(shape, dtype) for shape in shapes]
+        logits, cache = model.call_with_cache(prefix, cache, 0, sink_tokens=sink)
+        return logits[:, -1], cache
+
+    def next_logits(state, fed, index):
+        with in_place_writes():  # the loop owns its caches
+            logits, state = model.call_with_cache(
+                fed[:, None], state, index, sink_tokens=sink
+            )
+        return logits[:, -1], state
+
+    return first_logits, next_logits
+
+
+def _chooser(sampler, batch, rows, uniforms, tokens):
+    """`choose(logits, t, out, done, drawn)`: token `t` of every row, as one
+    iteration of the NumPy loop (`rows`: the prompts' lengths and each row's
+    end; `tokens`: the stop ids and the pad id)."""
+    (lengths, end), (stops, pad) = rows, tokens
+    last_draw = tf.shape(uniforms)[1] - 1
+
+    def choose(logits, t, out, done, drawn):
+        prompted = t < lengths
+        active = ~prompted & ~done & (t < end)
+        # Row r's next uniform is the value its stream gives next.
+        u = tf.gather(uniforms, tf.minimum(drawn, last_draw), batch_dims=1)
+        chosen = sampler.compiled_next_tokens(tf.cast(logits, tf.float64), u)
+        chosen = tf.ensure_shape(tf.cast(chosen, tf.int32), [batch])
+        given = tf.gather(out, t, axis=1)
+        token = tf.where(prompted, given, tf.where(active, chosen, pad))
+        out = _write_column(out, token, t)
+        done = done | (active & tf.reduce_any(chosen[:, None] == stops, -1))
+        drawn = drawn + tf.cast(active, tf.int32)
+        fed = tf.where(prompted | active, token, 0)  # finished rows: id 0
+        return out, done, drawn, fed
+
+    return choose
+
+
+def _loop_steps(going, body, carried, phased_total):
+    """The tokens `(B, total)` after `body` ran while `going`: one
+    `tf.while_loop`, or under XLA (`phased_total`, the loop's width), which
+    slices only to static sizes, a loop per phase of the cache, each step
+    reading the slots up to its phase's end (the step at `t` writes
+    position `t - 1`), not all `total`."""
+    if phased_total is None:  # a plain graph's steps read up to their own position
+        return tf.while_loop(
+            lambda t, out, done, *_: going(t, done),
+            body,
+            carried,
+            parallel_iterations=1,
+        )[1]
+    for width in phase_widths(phased_total):
+        with read_bound(width):
+            carried = tf.while_loop(
+                lambda t, out, done, *_, width=width: going(t, done) & (t <= width),
+                body,
+                carried,
+                parallel_iterations=1,
+            )
+    return carried[1]
 
 
 def next_token_log_probs(logits, targets):

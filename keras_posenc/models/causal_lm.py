@@ -95,6 +95,7 @@ class CausalLM(SegmentIdsCheck, Generating, keras.Model):
         num_key_value_heads=None,
         **kwargs,
     ):
+        given = {k: v for k, v in locals().items() if k in CONFIG_KEYS}
         name = kwargs.pop("name", "causal_lm")
         keras_keywords = {k: kwargs.pop(k) for k in ("trainable",) if k in kwargs}
         if kwargs:  # keras.Model would ignore a misspelled one
@@ -110,7 +111,7 @@ class CausalLM(SegmentIdsCheck, Generating, keras.Model):
                 "False, True (int8) or 'int4' (4-bit kernels, int8 activations)",
                 quantize,
             )
-        vocab_size = _checks.positive_int("vocab_size", vocab_size)
+        given["vocab_size"] = _checks.positive_int("vocab_size", vocab_size)
         # Every QuantizedDense made here rounds its kernel to the LM's width.
         with ops.quantization.kernel_bits(4 if quantize == "int4" else 8):
             stack = TransformerStack(  # checks every option, once
@@ -126,23 +127,7 @@ class CausalLM(SegmentIdsCheck, Generating, keras.Model):
                 attention_window=attention_window,
                 num_key_value_heads=num_key_value_heads,
             )
-            config = {
-                "vocab_size": vocab_size,
-                "sequence_length": check_sequence_length(
-                    position, sequence_length, stack.max_length
-                ),
-                "hidden_dim": int(hidden_dim),
-                "num_layers": int(num_layers),
-                "num_heads": int(num_heads),
-                "dropout": float(dropout),
-                "position": position,
-                "position_options": dict(position_options or {}) or None,
-                "attention_options": dict(attention_options or {}) or None,
-                "quantize": quantize,
-                "packed": _checks.boolean("packed", packed),
-                "attention_window": attention_window,
-                "num_key_value_heads": num_key_value_heads,
-            }
+            config = _checked_config(given, stack.max_length)
             inputs, logits, embedding, head = _language_model(stack, config)
         super().__init__(inputs, logits, name=name, **keras_keywords)
         # Plain attributes (already tracked by the functional graph).
@@ -294,6 +279,40 @@ class CausalLM(SegmentIdsCheck, Generating, keras.Model):
             x, list(cache), cache_update_index, sink_tokens=sink_tokens
         )
         return parts.head(x), cache
+
+
+#: The constructor arguments a `CausalLM`'s config holds, in order.
+CONFIG_KEYS = (
+    "vocab_size",
+    "sequence_length",
+    "hidden_dim",
+    "num_layers",
+    "num_heads",
+    "dropout",
+    "position",
+    "position_options",
+    "attention_options",
+    "quantize",
+    "packed",
+    "attention_window",
+    "num_key_value_heads",
+)
+
+
+def _checked_config(given, max_length):
+    """The config of a `CausalLM` built from `given` (its `CONFIG_KEYS`),
+    its stack already checked (`max_length`: the stack's)."""
+    config = {key: given[key] for key in CONFIG_KEYS}
+    config["sequence_length"] = check_sequence_length(
+        given["position"], given["sequence_length"], max_length
+    )
+    for key in ("hidden_dim", "num_layers", "num_heads"):
+        config[key] = int(config[key])
+    config["dropout"] = float(config["dropout"])
+    for key in ("position_options", "attention_options"):
+        config[key] = dict(given[key] or {}) or None
+    config["packed"] = _checks.boolean("packed", given["packed"])
+    return config
 
 
 def _language_model(stack, config):

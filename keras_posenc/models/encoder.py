@@ -94,7 +94,6 @@ def build_encoder(
         attention_window=attention_window,
         num_key_value_heads=num_key_value_heads,
     )
-    attention_type = (attention_options or {}).get("attention_type", "dense")
     grid_shape = (position_options or {}).get("grid_shape")
     if (vocab_size is None) == (input_dim is None):
         _checks.fail(
@@ -103,25 +102,9 @@ def build_encoder(
             vocab_size,
             fix=f"Received input_dim={input_dim!r} too",
         )
-    if _checks.boolean("packed", packed) and attention_type == "lsh":
-        _checks.fail(
-            "packed",
-            "False with attention_type='lsh' (a packed row's documents share "
-            "the hashing and the sorted chunks, so a document's output would "
-            "depend on the others in its row)",
-            packed,
-            fix="Train LSH attention on one document per row, or use "
-            "attention_type='dense' (attention_window=W for long rows)",
-        )
+    lsh = (attention_options or {}).get("attention_type") == "lsh"
+    _check_packed(packed, lsh, (input_dim, grid_shape))
     sequence_length = check_sequence_length(position, sequence_length, stack.max_length)
-    if _checks.boolean("packed", packed) and (vocab_size is None or grid_shape):
-        _checks.fail(
-            "packed",
-            "False for feature inputs (input_dim) or a grid_shape (packed rows "
-            "are documents of tokens, each from position 0)",
-            packed,
-            fix=f"Received input_dim={input_dim!r}, grid_shape={grid_shape!r}",
-        )
     segments = None
     if vocab_size is not None:
         vocab_size = _checks.positive_int("vocab_size", vocab_size)
@@ -133,6 +116,29 @@ def build_encoder(
         x = keras.layers.Dense(hidden_dim, name="input_projection")(inputs)
     model_class = keras.Model if segments is None else PackedModel
     return model_class(inputs, stack.forward(x, segment_ids=segments), name=name)
+
+
+def _check_packed(packed, lsh, inputs):
+    """Packed rows need token inputs without a grid, and no LSH."""
+    input_dim, grid_shape = inputs
+    if _checks.boolean("packed", packed) and lsh:
+        _checks.fail(
+            "packed",
+            "False with attention_type='lsh' (a packed row's documents share "
+            "the hashing and the sorted chunks, so a document's output would "
+            "depend on the others in its row)",
+            packed,
+            fix="Train LSH attention on one document per row, or use "
+            "attention_type='dense' (attention_window=W for long rows)",
+        )
+    if packed and (input_dim is not None or grid_shape):
+        _checks.fail(
+            "packed",
+            "False for feature inputs (input_dim) or a grid_shape (packed rows "
+            "are documents of tokens, each from position 0)",
+            packed,
+            fix=f"Received input_dim={input_dim!r}, grid_shape={grid_shape!r}",
+        )
 
 
 def build_classifier(num_classes, **encoder_kwargs):

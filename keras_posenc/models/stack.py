@@ -99,28 +99,11 @@ class TransformerStack:
         self.method, self.causal, self.num_layers = method, causal, given.layers
         self.max_length = given.max_length
         self.absolute = method.input_layers(parts, given.max_length, causal)
-        self.combined = None
-        if method.combined_input:  # the joint position-content input
-            self.combined = (
-                SinusoidalPositionEncoding(
-                    name="combined_positions", **parts["sinusoid"]
-                ),
-                CombinedPositionInput(name="combined_input", quantize=given.quantize),
-            )
+        self.combined = _combined_input(given)
         rounding = {"quantize": True} if given.quantize else {}
         self.embedding_norm = LayerNorm(name="embedding_norm", **rounding)
         self.first = min(method.generator_from, given.layers - 1)  # first layer fed
-        self.hpn = None
-        if method.generator is not None:
-            self.hpn = HierarchicalPositionNetwork(
-                given.width,
-                given.layers - self.first,
-                position_features=method.generator,
-                causal=causal,
-                quantize=given.quantize,
-                name="position_network",
-                **parts["generator"],
-            )
+        self.hpn = _generator(given, self.first)
         self.shared_bias = None  # one producer for every attention, or None
         if given.share_position_bias:
             heads, grid = given.heads, given.grid_shape
@@ -130,14 +113,7 @@ class TransformerStack:
         ]
         self.blocks, self.norms, self.ffn = self._layer_blocks(given)
         self.segment_positions = SegmentPositions(name="segment_positions")
-        self.sums = {}  # quantize: one rounding layer per residual sum
-        if given.quantize:
-            names = ["position_sum"] + [
-                f"{part}_sum_{index}"
-                for index in range(given.layers)
-                for part in ("attention", "ffn")
-            ]
-            self.sums = {name: QuantizedAdd(name=name) for name in names}
+        self.sums = _residual_sums(given)  # quantize: one rounding layer a sum
 
     def _layer_blocks(self, given):
         """Every layer's attention (or recursive) block, its norm and its
@@ -472,6 +448,44 @@ def packed_inputs(sequence_length, packed):
     tokens = keras.Input((sequence_length,), dtype="int32", name="token_ids")
     segments = keras.Input((sequence_length,), dtype="int32", name="segment_ids")
     return {"token_ids": tokens, "segment_ids": segments}, tokens, segments
+
+
+def _combined_input(given):
+    """The joint position-content input's layers `(encoding, combine)`, or None."""
+    if not given.method.combined_input:
+        return None
+    sinusoid = given.parts["sinusoid"]
+    return (
+        SinusoidalPositionEncoding(name="combined_positions", **sinusoid),
+        CombinedPositionInput(name="combined_input", quantize=given.quantize),
+    )
+
+
+def _generator(given, first):
+    """The method's position generator network feeding layers `first ..`, or None."""
+    if given.method.generator is None:
+        return None
+    return HierarchicalPositionNetwork(
+        given.width,
+        given.layers - first,
+        position_features=given.method.generator,
+        causal=given.causal,
+        quantize=given.quantize,
+        name="position_network",
+        **given.parts["generator"],
+    )
+
+
+def _residual_sums(given):
+    """`{name: QuantizedAdd}` of every residual sum (quantize), else `{}`."""
+    if not given.quantize:
+        return {}
+    names = ["position_sum"] + [
+        f"{part}_sum_{index}"
+        for index in range(given.layers)
+        for part in ("attention", "ffn")
+    ]
+    return {name: QuantizedAdd(name=name) for name in names}
 
 
 def _recursive_block(given, index):

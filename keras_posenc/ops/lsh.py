@@ -119,14 +119,46 @@ def lsh_attention(
     length = dim(query, 2)
     chunks = -(-length // bucket_size)
     padded = chunks * bucket_size
-    buckets = bucket_count(length, bucket_size)
     real = tf.ones_like(query[:, 0, :, 0], tf.bool) if key_mask is None else key_mask
     real = _pad(real, padded, axis=1, value=False)  # (B, Tp)
     query, key, value = (_pad(x, padded, axis=2) for x in (query, key, value))
     key = tf.math.l2_normalize(tf.cast(key, tf.float32), axis=-1)
+    order = _hash_order(key, real, (num_hashes, bucket_size, seed), length)
+
+    def by_order(x):  # (B, N, Tp, ...) -> sorted (B, N, R, nc, C, ...)
+        gathered = tf.gather(x, order, axis=2, batch_dims=2)  # (B, N, R, Tp, ...)
+        return _chunked(gathered, chunks, bucket_size)
+
+    q_index = _chunked(order, chunks, bucket_size)  # (B, N, R, nc, C)
+    k_index = _band(q_index)  # -1 before the first chunk
+    allowed = _allowed(by_order, (q_index, k_index), real, runs, causal)
+    sorted_query = by_order(tf.cast(query, tf.float32))
+    logits = tf.matmul(sorted_query, _band(by_order(key)), transpose_b=True)
+    if pair_bias is not None:
+        last = length - 1
+        clip = [tf.clip_by_value(x, 0, last) for x in (q_index, k_index)]
+        logits += pair_bias(*clip)
+    self_pair = k_index[..., None, :] == q_index[..., :, None]
+    logits = tf.where(self_pair, SELF_VALUE, logits)  # (B, N, R, nc, C, 2C)
+    logits = tf.where(allowed, logits, FLOAT_MASK_VALUE)
+    total = tf.reduce_logsumexp(logits, axis=-1, keepdims=True)
+    weights = tf.exp(logits - total)
+    if dropout is not None:
+        weights = dropout(weights)
+    values = _band(by_order(value))
+    context = tf.matmul(tf.cast(weights, values.dtype), values)
+    return _combine_rounds(context, total, order, padded)[:, :, :length]
+
+
+def _hash_order(key, real, hashing, length):
+    """The sorted token indices `(B, N, R, Tp)` of every hashing round:
+    by bucket (each row hashing into the buckets of its real length, so
+    padding never changes a real token's bucket; masked keys last), then
+    by position."""
+    num_hashes, bucket_size, seed = hashing
+    padded = dim(key, 2)
+    buckets = bucket_count(length, bucket_size)
     rotations = random_rotations(num_hashes, key.shape[-1], buckets, seed)
-    # Each row hashes into the buckets of its real length: padding never
-    # changes a real token's bucket.
     real_count = tf.reduce_sum(tf.cast(real, tf.int32), axis=1)  # (B,)
     row_buckets = bucket_count(real_count, bucket_size)
     hashed = hash_buckets(key, rotations, row_buckets)  # (B, N, R, Tp)
@@ -134,52 +166,43 @@ def lsh_attention(
     # (bucket, position) as one unique int64 key: a total order, no overflow.
     ticket = tf.cast(hashed, tf.int64) * tf.cast(padded, tf.int64)
     ticket += tf.range(padded, dtype=tf.int64)
-    order = tf.argsort(ticket, axis=-1)  # (B, N, R, Tp): token indices
+    return tf.argsort(ticket, axis=-1)
 
-    def by_order(x):  # (B, N, Tp, ...) -> sorted (B, N, R, nc, C, ...)
-        gathered = tf.gather(x, order, axis=2, batch_dims=2)  # (B, N, R, Tp, ...)
-        return _chunked(gathered, chunks, bucket_size)
 
-    def band(x):  # each chunk with the chunk before it: (.., nc, 2C, ..)
-        first = tf.fill(tf.shape(x[:, :, :, :1]), _blank(x))
-        before = tf.concat([first, x[:, :, :, :-1]], axis=3)
-        return tf.concat([before, x], axis=4)
+def _band(x):
+    """Each chunk with the chunk before it: `(.., nc, C, ..)` -> `(.., nc, 2C, ..)`."""
+    first = tf.fill(tf.shape(x[:, :, :, :1]), _blank(x))
+    before = tf.concat([first, x[:, :, :, :-1]], axis=3)
+    return tf.concat([before, x], axis=4)
 
-    q_index = _chunked(order, chunks, bucket_size)  # (B, N, R, nc, C)
-    k_index = band(q_index)  # -1 before the first chunk
-    every = tf.shape(key)[:3]  # (B, N, Tp)
-    allowed = band(by_order(tf.broadcast_to(real[:, None, :], every)))
+
+def _allowed(by_order, indices, real, runs, causal):
+    """Which scored pairs `(B, N, R, nc, C, 2C)` a query may read: real keys
+    of its band, earlier ones when `causal`, its own run's in packed rows."""
+    q_index, k_index = indices
+    every = tf.shape(q_index)[:2]
+    every = tf.concat([every, tf.shape(real)[1:]], 0)  # (B, N, Tp)
+    allowed = _band(by_order(tf.broadcast_to(real[:, None, :], every)))
     allowed &= k_index >= 0
-    q_at, k_at = q_index[..., :, None], k_index[..., None, :]
     allowed = allowed[..., None, :]  # (B, N, R, nc, 1, 2C)
     if causal:
-        allowed &= k_at <= q_at
+        allowed &= k_index[..., None, :] <= q_index[..., :, None]
     if runs is not None:
-        runs = _pad(runs, padded, axis=1, value=-1)[:, None]  # (B, 1, Tp)
-        runs = tf.broadcast_to(runs, every)
-        q_run = by_order(runs)
-        allowed &= band(q_run)[..., None, :] == q_run[..., :, None]
-    sorted_query = by_order(tf.cast(query, tf.float32))
-    logits = tf.matmul(sorted_query, band(by_order(key)), transpose_b=True)
-    if pair_bias is not None:
-        last = length - 1
-        clip = [tf.clip_by_value(x, 0, last) for x in (q_index, k_index)]
-        logits += pair_bias(*clip)
-    logits = tf.where(k_at == q_at, SELF_VALUE, logits)  # (B, N, R, nc, C, 2C)
-    logits = tf.where(allowed, logits, FLOAT_MASK_VALUE)
-    total = tf.reduce_logsumexp(logits, axis=-1, keepdims=True)
-    weights = tf.exp(logits - total)
-    if dropout is not None:
-        weights = dropout(weights)
-    values = band(by_order(value))
-    context = tf.matmul(tf.cast(weights, values.dtype), values)
+        runs = _pad(runs, dim(real, 1), axis=1, value=-1)[:, None]  # (B, 1, Tp)
+        q_run = by_order(tf.broadcast_to(runs, every))
+        allowed &= _band(q_run)[..., None, :] == q_run[..., :, None]
+    return allowed
+
+
+def _combine_rounds(context, total, order, padded):
+    """Each token's context `(B, N, Tp, Hv)`: its rounds' contexts back in
+    token order, weighted by each round's share of the softmax mass."""
     undo = tf.argsort(order, axis=-1)  # the place of each token in the sort
     context = _unchunked(context, padded)  # (B, N, R, Tp, Hv)
     context = tf.gather(context, undo, axis=3, batch_dims=3)
     total = tf.gather(_unchunked(total, padded)[..., 0], undo, axis=3, batch_dims=3)
     share = tf.nn.softmax(total, axis=2)[..., None]  # (B, N, R, Tp, 1)
-    context = tf.reduce_sum(tf.cast(share, context.dtype) * context, axis=2)
-    return context[:, :, :length]
+    return tf.reduce_sum(tf.cast(share, context.dtype) * context, axis=2)
 
 
 def _pad(x, padded, axis, value=0):

@@ -13,6 +13,7 @@ import pytest
 import tensorflow as tf
 from ops_oracle import ROOT, assert_header_lists_the_model_ops, resolver_methods
 
+from keras_posenc.generation import Streaming
 from keras_posenc.models import build_causal_lm
 from tflite_export import (
     c_array,
@@ -93,10 +94,14 @@ def exports():
     found = {}
     for name in FIRMWARES:
         position = name.split("-")[0]
-        streaming = dict(cache_window=6, sink_tokens=2) if "-" in name else {}
+        streaming = Streaming(6, sink_tokens=2) if "-" in name else None
         length = None if streaming else 16
         found[name] = convert_causal_lm(
-            lm(position), calibration(), max_length=length, target="tflm", **streaming
+            lm(position),
+            calibration(),
+            max_length=length,
+            target="tflm",
+            streaming=streaming,
         )
     return found
 
