@@ -147,6 +147,10 @@ if IS_KERAS_3:
         exec(python_blocks()["## Edge deployment: `tflite_export`"], namespace)
         table = capsys.readouterr().out
         assert re.search(r"\| TFLM\s+\| runs \|", table), table
+        # The rows the README shows are rows it printed.
+        section = README.split("## Edge deployment", 1)[1].split("It prints", 1)[1]
+        shown = section.split("```\n", 2)[1].strip().splitlines()
+        assert len(shown) >= 4 and set(shown) <= set(table.splitlines()), table
         accuracy = float(re.search(r"accuracy TFLM\s*\| ([\d.]+)", table)[1])
         labels = namespace["y"][512:]
         assert accuracy > max(labels.mean(), 1 - labels.mean())  # beats the majority
