@@ -18,6 +18,7 @@ from keras_posenc.layers._lsh_attention import (
 )
 from keras_posenc.layers.contextual_position import ContextualPosition
 from keras_posenc.layers.rotary_embedding import RotaryEmbedding
+from keras_posenc.ops import quantization
 
 #: The constructor arguments `check_arguments` checks, in order.
 ARGUMENTS = (
@@ -34,6 +35,7 @@ ARGUMENTS = (
     "attention_window",
     "num_key_value_heads",
     "attention_options",
+    "kernel_bits",
 )
 #: What `attention_options` holds: the LSH concern, its type and its hashing.
 ATTENTION_KEYS = ("attention_type", *LSH_OPTIONS)
@@ -56,6 +58,7 @@ def check_arguments(overrides_attention, arguments):
     }
     for name in ("value_dim", "output_dim", "attention_window"):
         checked[name] = _checks.positive_int(name, given[name], allow_none=True)
+    checked["kernel_bits"] = quantization.check_kernel_bits(given["kernel_bits"])
     heads = checked["num_heads"]
     checked.update(_checked_layers(given, heads, checked["key_dim"]))
     position_bias, quantize = checked["position_bias"], checked["quantize"]

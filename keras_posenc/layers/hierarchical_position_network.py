@@ -1,5 +1,7 @@
 """Hierarchical position network: a position generator per Transformer layer."""
 
+import functools
+
 import tensorflow as tf
 
 from keras_posenc import _checks, ops
@@ -77,6 +79,8 @@ class HierarchicalPositionNetwork(keras.layers.Layer):
             `False` (a centred window).
         quantize: bool, round as the int8 model does (see above).
             Defaults to `False`.
+        kernel_bits: int, with `quantize`, the generators' kernel grid: 8,
+            or 4 (an int4 LM's). Defaults to `8`.
 
     Call arguments:
         inputs: tensor `(B, T, D)`, the previous layer's output.
@@ -139,6 +143,7 @@ class HierarchicalPositionNetwork(keras.layers.Layer):
         max_wavelength=10000.0,
         causal=False,
         quantize=False,
+        kernel_bits=8,
         **kwargs,
     ):
         dim = _checks.positive_int("dim", dim)
@@ -159,9 +164,11 @@ class HierarchicalPositionNetwork(keras.layers.Layer):
         max_wavelength = _checks.positive_float("max_wavelength", max_wavelength)
         causal = _checks.boolean("causal", causal)
         quantize = _checks.boolean("quantize", quantize)
+        kernel_bits = quantization.check_kernel_bits(kernel_bits)
         super().__init__(**kwargs)
         self.causal = causal
         self.quantize = quantize
+        self.kernel_bits = kernel_bits
         self.dim = dim
         self.depth = depth
         self.num_generators = num_generators
@@ -202,7 +209,9 @@ class HierarchicalPositionNetwork(keras.layers.Layer):
                 )
                 build_sublayer(conv, (input_shape[0], None, input_shape[-1]))
                 layers.append(conv)
-            dense = QuantizedDense if self.quantize else keras.layers.Dense
+            dense = keras.layers.Dense
+            if self.quantize:
+                dense = functools.partial(QuantizedDense, kernel_bits=self.kernel_bits)
             hidden_layer = dense(
                 hidden, "relu", dtype=self.dtype_policy, name=f"hidden_{g}"
             )
@@ -363,6 +372,7 @@ class HierarchicalPositionNetwork(keras.layers.Layer):
                 "max_wavelength": self.max_wavelength,
                 "causal": self.causal,
                 "quantize": self.quantize,
+                "kernel_bits": self.kernel_bits,
             }
         )
         return config

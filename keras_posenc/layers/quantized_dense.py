@@ -29,8 +29,8 @@ class QuantizedDense(keras.layers.Dense):
             Defaults to `0.99`.
         quantize_inputs: bool, also round the input on a learned range.
             Defaults to `False`.
-        kernel_bits: 8 or 4, the kernel's grid, or None for the one of the
-            enclosing `ops.quantization.kernel_bits` (8 outside). Defaults to `None`.
+        kernel_bits: int, the kernel's grid: 8, or 4 (int4 LMs' projections).
+            Defaults to `8`.
         **kwargs: the other `keras.layers.Dense` arguments.
 
     Call arguments:
@@ -57,21 +57,16 @@ class QuantizedDense(keras.layers.Dense):
         activation=None,
         momentum=0.99,
         quantize_inputs=False,
-        kernel_bits=None,
+        kernel_bits=8,
         **kwargs,
     ):
         momentum = _checks.rate("momentum", momentum)
         quantize_inputs = _checks.boolean("quantize_inputs", quantize_inputs)
-        if kernel_bits is None:
-            kernel_bits = quantization.current_kernel_bits()
-        if kernel_bits not in quantization.KERNEL_BITS or isinstance(kernel_bits, bool):
-            _checks.fail(
-                "kernel_bits", f"one of {quantization.KERNEL_BITS}", kernel_bits
-            )
+        kernel_bits = quantization.check_kernel_bits(kernel_bits)
         super().__init__(units, activation, **kwargs)
         self.momentum = momentum
         self.quantize_inputs = quantize_inputs
-        self.kernel_bits = int(kernel_bits)
+        self.kernel_bits = kernel_bits
         self.input_range = (
             ActivationRange(momentum, name="input_range", dtype=self.dtype_policy)
             if quantize_inputs

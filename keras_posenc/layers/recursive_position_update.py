@@ -1,5 +1,7 @@
 """Recursive position update block: x + Attention(x) + PositionUpdate(x)."""
 
+import functools
+
 from keras_posenc import _checks
 from keras_posenc._compat import (
     build_sublayer,
@@ -16,6 +18,7 @@ from keras_posenc.layers.relative_multi_head_attention import (
     RelativeMultiHeadAttention,
 )
 from keras_posenc.layers.relative_position_bias import RelativePositionBias
+from keras_posenc.ops import quantization
 
 #: The two sums int8 TFLite rounds (`quantize`).
 SUM_POINTS = ("attention_sum", "update_sum")
@@ -53,6 +56,8 @@ class RecursivePositionUpdate(keras.layers.Layer):
         quantize: False, True (fake-quantize what int8 TFLite rounds: both
             attentions, the feed-forward, the sums and the norm) or `"cache"`
             (the attentions' caches too, for causal LMs). Defaults to False.
+        kernel_bits: int, with `quantize`, every kernel's grid: 8, or 4 (an
+            int4 LM's). Defaults to `8`.
 
     Call arguments:
         inputs: tensor `(B, T, D)`.
@@ -96,6 +101,7 @@ class RecursivePositionUpdate(keras.layers.Layer):
         epsilon=1e-5,
         attention_window=None,
         quantize=False,
+        kernel_bits=8,
         **kwargs,
     ):
         num_heads = _checks.positive_int("num_heads", num_heads)
@@ -113,7 +119,9 @@ class RecursivePositionUpdate(keras.layers.Layer):
         )
         if not (quantize is False or quantize is True or quantize == "cache"):
             _checks.fail("quantize", "False, True or 'cache'", quantize)
+        kernel_bits = quantization.check_kernel_bits(kernel_bits)
         super().__init__(**kwargs)
+        self.kernel_bits = kernel_bits
         self.num_heads = num_heads
         self.key_dim = key_dim
         self.position_heads = position_heads
@@ -134,7 +142,8 @@ class RecursivePositionUpdate(keras.layers.Layer):
         )
         rounding = {}
         if self.quantize:
-            rounding = dict(quantize=self.quantize)  # True, or "cache": keys too
+            # True, or "cache": keys too
+            rounding = dict(quantize=self.quantize, kernel_bits=self.kernel_bits)
         self.attention = RelativeMultiHeadAttention(
             self.num_heads,
             self.key_dim,
@@ -154,7 +163,9 @@ class RecursivePositionUpdate(keras.layers.Layer):
             name="position_attention",
             **rounding,
         )
-        dense = QuantizedDense if self.quantize else keras.layers.Dense
+        dense = keras.layers.Dense
+        if self.quantize:
+            dense = functools.partial(QuantizedDense, kernel_bits=self.kernel_bits)
         self.position_hidden = dense(
             self.ff_dim or width,
             "relu",
@@ -246,6 +257,7 @@ class RecursivePositionUpdate(keras.layers.Layer):
                 "epsilon": self.epsilon,
                 "attention_window": self.attention_window,
                 "quantize": self.quantize,
+                "kernel_bits": self.kernel_bits,
             }
         )
         return config

@@ -123,6 +123,8 @@ class RelativeMultiHeadAttention(
         attention_options: dict of the LSH concern, `attention_type`
             (`"dense"` or `"lsh"`) and LSH's `num_hashes`, `bucket_size`,
             `hash_seed`. Defaults to `None` (dense).
+        kernel_bits: int, with `quantize`, the projections' kernel grid: 8,
+            or 4 (an int4 LM's). Defaults to `8`.
 
     Call arguments:
         query: tensor `(B, T, Dq)`.
@@ -179,6 +181,7 @@ class RelativeMultiHeadAttention(
         attention_window=None,
         num_key_value_heads=None,
         attention_options=None,
+        kernel_bits=8,
         **kwargs,
     ):
         given = locals()
@@ -317,6 +320,7 @@ class RelativeMultiHeadAttention(
                 "attention_window": self.attention_window,
                 "num_key_value_heads": self.num_key_value_heads,
                 "attention_options": self.attention_options,
+                "kernel_bits": self.kernel_bits,
             }
         )
         return config
@@ -457,9 +461,11 @@ class RelativeMultiHeadAttention(
         return self._output_dense(tf.reshape(context, shape), **rounding)
 
     def _dense(self, units, name):
+        bits = {"kernel_bits": self.kernel_bits} if self.quantize else {}
         dense = QuantizedDense if self.quantize else keras.layers.Dense
         return dense(
             units,
+            **bits,
             use_bias=self.use_bias,
             kernel_initializer=clone_initializer(self.kernel_initializer),
             bias_initializer=clone_initializer(self.bias_initializer),

@@ -112,23 +112,22 @@ class CausalLM(SegmentIdsCheck, Generating, keras.Model):
                 quantize,
             )
         given["vocab_size"] = _checks.positive_int("vocab_size", vocab_size)
-        # Every QuantizedDense made here rounds its kernel to the LM's width.
-        with ops.quantization.kernel_bits(4 if quantize == "int4" else 8):
-            stack = TransformerStack(  # checks every option, once
-                position,
-                hidden_dim,
-                num_layers,
-                num_heads,
-                dropout,
-                position_options=position_options,
-                attention_options=attention_options,
-                causal=True,
-                quantize=bool(quantize),
-                attention_window=attention_window,
-                num_key_value_heads=num_key_value_heads,
-            )
-            config = _checked_config(given, stack.max_length)
-            inputs, logits, embedding, head = _language_model(stack, config)
+        stack = TransformerStack(  # checks every option, once
+            position,
+            hidden_dim,
+            num_layers,
+            num_heads,
+            dropout,
+            position_options=position_options,
+            attention_options=attention_options,
+            causal=True,
+            quantize=bool(quantize),
+            attention_window=attention_window,
+            num_key_value_heads=num_key_value_heads,
+            kernel_bits=4 if quantize == "int4" else 8,
+        )
+        config = _checked_config(given, stack.max_length)
+        inputs, logits, embedding, head = _language_model(stack, config)
         super().__init__(inputs, logits, name=name, **keras_keywords)
         # Plain attributes (already tracked by the functional graph).
         self._parts = types.SimpleNamespace(stack=stack, embedding=embedding, head=head)
@@ -321,8 +320,11 @@ def _language_model(stack, config):
     rounding = {"quantize": True} if config["quantize"] else {}
     vocab_size, width = config["vocab_size"], config["hidden_dim"]
     embedding = TokenEmbedding(vocab_size, width, name="embedding", **rounding)
-    dense = QuantizedDense if config["quantize"] else keras.layers.Dense
-    head = dense(vocab_size, name="logits")
+    if config["quantize"]:  # on the LM's kernel grid, as every projection
+        bits = 4 if config["quantize"] == "int4" else 8
+        head = QuantizedDense(vocab_size, kernel_bits=bits, name="logits")
+    else:
+        head = keras.layers.Dense(vocab_size, name="logits")
     inputs, tokens, segments = packed_inputs(
         config["sequence_length"], config["packed"]
     )

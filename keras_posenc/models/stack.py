@@ -9,6 +9,7 @@ causally, on whole sequences (training) or on new tokens against caches
 (decoding), so the training graph and the decoding step share one definition.
 """
 
+import functools
 import types
 
 import tensorflow as tf
@@ -42,6 +43,7 @@ from keras_posenc.models.methods import (
     SHARED_BIAS_METHODS,
 )
 from keras_posenc.models.options import DEFAULT_MAX_LENGTH, checked_options
+from keras_posenc.ops import quantization
 
 
 class TransformerStack:
@@ -67,6 +69,8 @@ class TransformerStack:
             `QUANTIZED_METHODS`, dense or block-local.
         attention_window: int or None, block-local attention's W.
         num_key_value_heads: int or None, grouped-query attention's heads.
+        kernel_bits: int, with `quantize`, every kernel's grid: 8, or 4 (an
+            int4 LM's).
     """
 
     def __init__(
@@ -82,6 +86,7 @@ class TransformerStack:
         quantize=False,
         attention_window=None,
         num_key_value_heads=None,
+        kernel_bits=8,
     ):
         given = _check_stack(
             position,
@@ -93,6 +98,7 @@ class TransformerStack:
                 quantize=quantize,
                 attention_window=attention_window,
                 num_key_value_heads=num_key_value_heads,
+                kernel_bits=kernel_bits,
             ),
         )
         method, parts = given.method, given.parts
@@ -136,7 +142,10 @@ class TransformerStack:
                 bias = method.bias_layer(heads, index, given.grid_shape, parts)
             rounding = {}
             if given.quantize:
-                rounding = {"quantize": "cache" if given.causal else True}
+                rounding = {
+                    "quantize": "cache" if given.causal else True,
+                    "kernel_bits": given.kernel_bits,
+                }
             blocks.append(
                 RelativeMultiHeadAttention(
                     heads,
@@ -471,6 +480,7 @@ def _generator(given, first):
         position_features=given.method.generator,
         causal=given.causal,
         quantize=given.quantize,
+        kernel_bits=given.kernel_bits,
         name="position_network",
         **given.parts["generator"],
     )
@@ -493,6 +503,7 @@ def _recursive_block(given, index):
     block = dict(given.parts["block"])
     if given.quantize:  # a causal LM's blocks also round their caches
         block["quantize"] = "cache" if given.causal else True
+        block["kernel_bits"] = given.kernel_bits
     bias = None  # an encoder's block makes its own bidirectional T5 bias
     if given.causal:
         bias = RelativePositionBias(
@@ -513,7 +524,9 @@ def _recursive_block(given, index):
 
 def _feed_forward(given, index):
     """Layer `index`'s feed-forward block: hidden, output, dropout, norm."""
-    dense = QuantizedDense if given.quantize else keras.layers.Dense
+    dense = keras.layers.Dense
+    if given.quantize:
+        dense = functools.partial(QuantizedDense, kernel_bits=given.kernel_bits)
     rounding = {"quantize": True} if given.quantize else {}
     width = given.width
     return (
@@ -541,6 +554,7 @@ def _check_stack(position, sizes, position_options, attention_options, flags):
         _checks.fail("hidden_dim", f"divisible by num_heads={given.heads}", hidden_dim)
     given.dropout = _checks.rate("dropout", dropout)
     given.quantize = _checks.boolean("quantize", flags["quantize"])
+    given.kernel_bits = quantization.check_kernel_bits(flags["kernel_bits"])
     max_length = position_options.pop("max_length", DEFAULT_MAX_LENGTH)
     given.max_length = _checks.positive_int("max_length", max_length)
     given.grid_shape = position_options.pop("grid_shape", None)

@@ -8,9 +8,6 @@ needs no representative dataset. Ranges are float32; the math runs in float32
 and is cast back to the input's dtype.
 """
 
-import contextlib
-import contextvars
-
 import tensorflow as tf
 
 #: Bits of every quantized tensor (a kernel may take `KERNEL_BITS` instead).
@@ -18,30 +15,15 @@ NUM_BITS = 8
 #: The widths a fully connected kernel may be rounded to: int8, or 4-bit
 #: (int8 activations; `tflite_export` `mode="int4"` stores them as INT4).
 KERNEL_BITS = (8, 4)
-_KERNEL_BITS = contextvars.ContextVar("keras_posenc_kernel_bits", default=8)
 
 
-@contextlib.contextmanager
-def kernel_bits(bits):
-    """`QuantizedDense` layers made inside round their kernels to `bits`.
-
-    `CausalLM(quantize="int4")` builds its layers inside `kernel_bits(4)`, so
-    every projection it makes (attention, feed-forward, the logits) trains on
-    the 4-bit grid an INT4 export stores; a layer's own `kernel_bits`
-    argument wins.
-    """
-    if bits not in KERNEL_BITS:
-        raise ValueError(f"`bits` must be one of {KERNEL_BITS}. Received: {bits!r}")
-    token = _KERNEL_BITS.set(bits)
-    try:
-        yield
-    finally:
-        _KERNEL_BITS.reset(token)
-
-
-def current_kernel_bits():
-    """The kernel width `QuantizedDense` layers made now take by default."""
-    return _KERNEL_BITS.get()
+def check_kernel_bits(value, name="kernel_bits"):
+    """`value` as an int of `KERNEL_BITS`, or the `ValueError` naming `name`."""
+    if value not in KERNEL_BITS or isinstance(value, bool):
+        raise ValueError(
+            f"`{name}` must be one of {KERNEL_BITS}. Received: {name}={value!r}"
+        )
+    return int(value)
 
 
 #: TFLite fixes the softmax output at scale 1/256, zero point -128.

@@ -3,7 +3,7 @@ import pytest
 import tensorflow as tf
 from layer_checks import check_layer
 
-from keras_posenc import QuantizedDense, ops
+from keras_posenc import QuantizedDense, RelativeMultiHeadAttention
 
 
 @pytest.mark.slow
@@ -70,16 +70,31 @@ def test_4_bit_kernels_round_to_seven_steps_a_side_and_keep_their_width():
     got = layer(x, training=True).numpy()
     np.testing.assert_allclose(got, dense_oracle(layer, x, levels=7), atol=1e-5)
     assert QuantizedDense.from_config(layer.get_config()).kernel_bits == 4
-    with ops.quantization.kernel_bits(4):  # the default of layers made inside
-        assert QuantizedDense(3).kernel_bits == 4
-        assert QuantizedDense(3, kernel_bits=8).kernel_bits == 8
-    assert QuantizedDense(3).kernel_bits == 8
+    assert QuantizedDense(3).kernel_bits == 8  # an argument, nothing implicit
 
 
 @pytest.mark.parametrize("bits", [2, 16, True, "4"])
 def test_rejects_a_kernel_width_other_than_8_or_4(bits):
     with pytest.raises(ValueError, match="`kernel_bits` must be one of .8, 4."):
         QuantizedDense(3, kernel_bits=bits)
-    with pytest.raises(ValueError, match="`bits` must be one of"):
-        with ops.quantization.kernel_bits(bits):
-            pass
+    with pytest.raises(ValueError, match="`kernel_bits` must be one of .8, 4."):
+        RelativeMultiHeadAttention(2, 4, quantize=True, kernel_bits=bits)
+
+
+def test_kernel_bits_reach_every_kernel_of_an_int4_lm_as_arguments():
+    """`CausalLM(quantize="int4")` passes 4 down by argument: every
+    QuantizedDense of its attention, feed-forward, generator and head."""
+    from keras_posenc.models import build_causal_lm
+    from keras_posenc.utils import nested_layers
+
+    for position in ("hybrid", "recursive"):
+        model = build_causal_lm(
+            11,
+            hidden_dim=8,
+            num_layers=2,
+            num_heads=2,
+            position=position,
+            quantize="int4",
+        )
+        dense = [d for d in nested_layers(model) if isinstance(d, QuantizedDense)]
+        assert len(dense) > 6 and {d.kernel_bits for d in dense} == {4}, position
