@@ -2,9 +2,9 @@
 
 One class, `RelativeMultiHeadAttention`: its projections (named as Keras')
 and the dense attention path; each other path is a mixin in a module named
-for it (`_local_attention.py`, `_lsh_attention.py`, `_packed_attention.py`,
-`_cached_decoding.py`, `_rotary_attention.py`), its checks in
-`_attention_checks.py`; which path takes which argument: `docs/attention.md`.
+for it (`_attention/local.py`, `_attention/lsh.py`, `_attention/packed.py`,
+`_attention/cached.py`, `_attention/rotary.py`), its checks in
+`_attention/checks.py`; which path takes which argument: `docs/attention.md`.
 """
 
 import math
@@ -22,7 +22,8 @@ from keras_posenc._compat import (
     register,
     serialize_layer,
 )
-from keras_posenc.layers._attention_checks import (  # noqa: F401 (re-exported)
+from keras_posenc.layers._attention.cached import CACHE_POINTS, CachedDecoding, _plus
+from keras_posenc.layers._attention.checks import (  # noqa: F401 (re-exported)
     ARGUMENTS,
     ATTENTION_KEYS,
     AttentionChecks,
@@ -30,16 +31,15 @@ from keras_posenc.layers._attention_checks import (  # noqa: F401 (re-exported)
     check_key_value_heads,
     lsh_options,
 )
-from keras_posenc.layers._cached_decoding import CACHE_POINTS, CachedDecoding, _plus
-from keras_posenc.layers._local_attention import LocalAttention
-from keras_posenc.layers._lsh_attention import (  # noqa: F401 (re-exported)
+from keras_posenc.layers._attention.local import LocalAttention
+from keras_posenc.layers._attention.lsh import (  # noqa: F401 (re-exported)
     ATTENTION_TYPES,
     LSH_OPTIONS,
     LSHAttention,
     check_attention_options,
 )
-from keras_posenc.layers._packed_attention import PackedAttention, segment_mask
-from keras_posenc.layers._rotary_attention import (
+from keras_posenc.layers._attention.packed import PackedAttention, segment_mask
+from keras_posenc.layers._attention.rotary import (
     ROTARY_POINTS,
     XPOS_POINT,
     RotaryAttention,

@@ -11,7 +11,7 @@ import tensorflow as tf
 from keras_posenc import _checks
 from keras_posenc._compat import optional_layer
 from keras_posenc.layers import _rope_checks
-from keras_posenc.layers._lsh_attention import (
+from keras_posenc.layers._attention.lsh import (
     LSH_OPTIONS,
     check_attention_options,
     check_lsh,
