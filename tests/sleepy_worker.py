@@ -2,7 +2,7 @@
 
 import time
 
-from tflite_export._child import serve
+from tflite_export._tflm.child import serve
 
 if __name__ == "__main__":
     serve(lambda arrays: time.sleep(300) or {})

@@ -24,7 +24,7 @@ import struct
 
 import numpy as np
 
-from tflite_export._child import run_worker
+from tflite_export._tflm.child import run_worker
 
 #: Builtin ops that TFLM's `MicroMutableOpResolver` can register (read from
 #: its `Add...` methods; every one has a `Register_<OP>` kernel in the
@@ -415,7 +415,7 @@ def measure_arena(model_bytes):
             "arena_search": np.array([low, high]),
         }
         results, log, code = run_worker(
-            "tflite_export._tflm_worker", arrays, ARENA_TIMEOUT_SECONDS
+            "tflite_export._tflm.worker", arrays, ARENA_TIMEOUT_SECONDS
         )
         if results is not None:
             return Arena(int(results["arena"]), int(results["arena_32bit"]))

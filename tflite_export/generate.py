@@ -11,7 +11,7 @@ import re
 import numpy as np
 
 from keras_posenc import generation, samplers
-from tflite_export._child import run_worker
+from tflite_export._tflm.child import run_worker
 from tflite_export.contract import device_contract
 from tflite_export.verify import dequantize
 
@@ -120,7 +120,7 @@ def teacher_forced_logits(model_bytes, token_ids, runtime="litert"):
     else:
         arrays = {"model": np.frombuffer(bytes(model_bytes), np.uint8), "ids": rows}
         results, log, code = run_worker(
-            "tflite_export._tflm_teacher", arrays, TFLM_GENERATE_TIMEOUT_SECONDS
+            "tflite_export._tflm.teacher", arrays, TFLM_GENERATE_TIMEOUT_SECONDS
         )
         if results is None:
             raise RuntimeError(f"TFLM decoding failed: {_cause(log, code)}")
@@ -293,7 +293,7 @@ def tflm_generation(model_bytes, prompts, lengths, options):
         "options": np.array(json.dumps(_portable(options))),
     }
     results, log, code = run_worker(
-        "tflite_export._tflm_generation", arrays, TFLM_GENERATE_TIMEOUT_SECONDS
+        "tflite_export._tflm.generation", arrays, TFLM_GENERATE_TIMEOUT_SECONDS
     )
     if results is None:
         raise RuntimeError(f"TFLM generation failed: {_cause(log, code)}")

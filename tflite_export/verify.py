@@ -5,7 +5,7 @@ import re
 
 import numpy as np
 
-from tflite_export._child import run_worker
+from tflite_export._tflm.child import run_worker
 from tflite_export.firmware import Arena, measure_arena
 
 #: TFLM runs in a subprocess for at most this many seconds.
@@ -186,7 +186,7 @@ def run_tflm(model_bytes, quantized_inputs, num_outputs=None):
         "num_outputs": np.array(num_outputs or 1),
     }
     results, log, code = run_worker(
-        "tflite_export._tflm_worker", arrays, TFLM_TIMEOUT_SECONDS
+        "tflite_export._tflm.worker", arrays, TFLM_TIMEOUT_SECONDS
     )
     info["missing_ops"] = sorted(
         set(re.findall(r"Didn't find op for builtin opcode '(\w+)'", log))

@@ -4,10 +4,15 @@
 cannot drift): one row per `position=` name of `METHODS`, what it is and its
 paper (the row's `summary` and `paper`), then columns computed from the same
 records and checks the builders and exporters use. Run `python -m
-keras_posenc.models.capabilities` to print it.
+keras_posenc.models.capabilities` to print it, and `python -m
+keras_posenc.models.capabilities --docs README.md docs/*.md` to rewrite the
+lists of methods the pages mark (`DOC_LISTS`) after adding a row.
 """
 
 import dataclasses
+import pathlib
+import re
+import sys
 
 from keras_posenc.models.methods import (
     LOCAL_METHODS,
@@ -121,5 +126,46 @@ def capability_table():
     return "\n".join("| " + " | ".join(row) + " |" for row in rows)
 
 
+#: The lists of methods the docs write out, `{name: (methods, last word)}`.
+DOC_LISTS = {
+    "all": (lambda: tuple(METHODS), "or"),
+    "quantized": (lambda: QUANTIZED_METHODS, "and"),
+    "streaming": (streaming_methods, "and"),
+}
+#: A list in a page: `<!-- methods: NAME -->`, the list, `<!-- /methods -->`.
+MARKED = re.compile(r"(<!-- methods: (\w+) -->)(.*?)(<!-- /methods -->)", re.S)
+
+
+def method_list(name):
+    """The Markdown of list `name` of `DOC_LISTS`: "`a`, `b` and `c`"."""
+    methods, last = DOC_LISTS[name]
+    names = [f"`{method}`" for method in methods()]
+    return ", ".join(names[:-1]) + f" {last} " + names[-1]
+
+
+#: The capability table in a page: its head row and every row after it.
+TABLE = re.compile(r"^\| method \| what it is \|.*?\n(?:\|.*\n?)*", re.M)
+
+
+def with_method_lists(text):
+    """`text` with every marked list of methods, and the capability table
+    if it holds one, written from the method table."""
+    text = TABLE.sub(lambda found: capability_table() + "\n", text)
+    return MARKED.sub(lambda found: found[1] + method_list(found[2]) + found[4], text)
+
+
+def _write_docs(paths):
+    """Rewrites the marked lists of `paths` in place; prints what changed."""
+    for path in paths:
+        text = pathlib.Path(path).read_text()
+        new = with_method_lists(text)
+        if new != text:
+            pathlib.Path(path).write_text(new)
+            print(f"rewrote the lists of methods in {path}")
+
+
 if __name__ == "__main__":
-    print(capability_table())
+    if sys.argv[1:2] == ["--docs"]:  # a new row: its docs lists follow
+        _write_docs(sys.argv[2:])
+    else:
+        print(capability_table())

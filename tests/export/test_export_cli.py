@@ -347,7 +347,7 @@ def test_sigterm_during_verification_leaves_nothing_behind(saved, tmp_path):
         # The TFLM worker itself (exec'd: its own command line): the CLI's
         # other children (e.g. a library's ldconfig while TensorFlow is
         # imported, before the CLI's handler is installed) are not it.
-        workers = _children(cli.pid, "tflite_export._tflm_worker")
+        workers = _children(cli.pid, "tflite_export._tflm.worker")
     assert workers, "the export ended before its TFLM verification could be seen"
     # Frozen, the worker cannot finish before the signal lands, however
     # loaded the machine: the CLI is certainly waiting on it.

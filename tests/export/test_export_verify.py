@@ -72,7 +72,7 @@ def test_a_killed_parent_takes_its_tflm_worker_along():
     tests = pathlib.Path(__file__).resolve().parents[1]
     script = (
         "import numpy as np\n"
-        "from tflite_export._child import run_worker\n"
+        "from tflite_export._tflm.child import run_worker\n"
         "run_worker('sleepy_worker', {'x': np.zeros(1)}, 300)\n"
     )
     env = dict(os.environ, PYTHONPATH=f"{tests}{os.pathsep}{tests.parent}")
@@ -93,7 +93,7 @@ def test_a_killed_parent_takes_its_tflm_worker_along():
 
 def test_a_worker_starts_without_importing_tensorflow(monkeypatch):
     """The packages' `__init__` (TensorFlow: 5 s) is skipped in every worker."""
-    from tflite_export._child import run_worker
+    from tflite_export._tflm.child import run_worker
 
     tests = pathlib.Path(__file__).resolve().parents[1]
     path = os.environ.get("PYTHONPATH")

@@ -159,13 +159,7 @@ def test_cope_counts_both_ways_in_an_encoder_and_one_way_in_a_causal_lm():
         assert counts and {c.bidirectional for c in counts} == {bidirectional}
 
 
-#: The lists of methods the docs write out, each derived from `METHODS`.
-DERIVED_LISTS = {
-    "all": lambda: tuple(methods.METHODS),
-    "quantized": lambda: methods.QUANTIZED_METHODS,
-    "streaming": capabilities.streaming_methods,
-}
-#: Where the docs write them: `(page, list)`, each between its markers.
+#: Where the docs write a list of methods: `(page, list)`, between markers.
 DOC_LISTS = {
     ("docs/layers.md", "all"),
     ("docs/edge_deployment.md", "quantized"),
@@ -176,16 +170,28 @@ DOC_LISTS = {
 
 
 def test_every_list_of_methods_in_the_docs_is_the_method_tables():
+    """Each marked list is the one `capabilities.method_list` writes from
+    the rows, word for word: a row added or changed fails here until
+    `python -m keras_posenc.models.capabilities --docs ...` rewrites it."""
     root = pathlib.Path(__file__).resolve().parents[2]
     found = set()
     for path in [root / "README.md", *sorted((root / "docs").glob("*.md"))]:
-        text = path.read_text()
-        marked = r"<!-- methods: (\w+) -->(.*?)<!-- /methods -->"
-        for name, span in re.findall(marked, text, flags=re.S):
-            written = tuple(re.findall(r"`(\w+)`", span))
-            assert written == DERIVED_LISTS[name](), (path.name, name)
+        for _, name, span, _ in capabilities.MARKED.findall(path.read_text()):
+            names = tuple(re.findall(r"`(\w+)`", span))
+            assert names == capabilities.DOC_LISTS[name][0](), (path.name, name)
+            assert span == capabilities.method_list(name), (path.name, name)
             found.add((str(path.relative_to(root)), name))
     assert found == DOC_LISTS
+
+
+def test_the_docs_writer_rewrites_a_stale_list_and_nothing_else():
+    stale = "Streams: <!-- methods: streaming -->`none` and `t5`<!-- /methods -->."
+    written = capabilities.with_method_lists(stale + " Kept: `t5`.")
+    assert written.endswith(". Kept: `t5`.")
+    assert capabilities.method_list("streaming") in written
+    assert "`dape`" in written and capabilities.with_method_lists(written) == written
+    readme = (pathlib.Path(__file__).resolve().parents[2] / "README.md").read_text()
+    assert capabilities.with_method_lists(readme) == readme  # table and lists
 
 
 def test_the_derived_lists_follow_each_rows_facts():

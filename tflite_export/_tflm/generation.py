@@ -1,6 +1,6 @@
 """TFLM generation in a child process (an unsupported op may abort it).
 
-Usage: python -m tflite_export._tflm_generation, fed by `_child.run_worker`
+Usage: python -m tflite_export._tflm.generation, fed by `child.run_worker`
 with `model` (uint8), `prompts`, `lengths` and `options` (JSON text); it
 returns `tokens`.
 """
@@ -8,7 +8,7 @@ returns `tokens`.
 import json
 
 from keras_posenc import generation, samplers
-from tflite_export._child import serve
+from tflite_export._tflm.child import serve
 from tflite_export.generate import Decoder, decode_rows
 
 

@@ -1,10 +1,10 @@
 """Teacher-forced TFLM decoding in a child process (an unsupported op may abort it).
 
-Usage: python -m tflite_export._tflm_teacher, fed by `_child.run_worker`
+Usage: python -m tflite_export._tflm.teacher, fed by `child.run_worker`
 with `model` (uint8) and `ids` (the tokens); it returns `logits` `(T, V)`.
 """
 
-from tflite_export._child import serve
+from tflite_export._tflm.child import serve
 from tflite_export.generate import Decoder, forced_logits
 
 

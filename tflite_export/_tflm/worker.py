@@ -1,6 +1,6 @@
 """Runs a model in the TFLM interpreter, in its own process (it may abort).
 
-Usage: python -m tflite_export._tflm_worker, fed by `_child.run_worker` with
+Usage: python -m tflite_export._tflm.worker, fed by `child.run_worker` with
 `model` (the .tflite bytes as uint8) and either `inputs` (already quantized,
 one example per row: it returns `output_0 ..`, one per model output, and
 reads `num_outputs`, 1 by default) or `arena_search`, the sizes
@@ -14,7 +14,7 @@ import sys
 
 import numpy as np
 
-from tflite_export._child import serve
+from tflite_export._tflm.child import serve
 from tflite_export.firmware import bisect_arena, bytes_32bit
 
 #: Arena given to the interpreter that computes the outputs.
