@@ -1,7 +1,7 @@
 """Samplers: the next tokens from logits, one small class per rule.
 
 `CausalLM.generate`, `tflite_export.generate_tflite` and the TFLM worker's
-loop take `sampler=` as a name in `SAMPLERS` or as a `Sampler` instance, so
+loop take `Sampling(sampler=...)` as a name in `SAMPLERS` or a `Sampler`, so
 adding a sampler is adding a class (as keras-hub's `Sampler.get_next_token`).
 Samplers work on NumPy float64 logits `(B, V)` and one NumPy `Generator` per
 row, so a row's draws do not depend on the batch it is decoded in.
@@ -11,8 +11,9 @@ rule in TensorFlow ops, reading one uniform draw per row where the NumPy rule
 calls `rng.random()` once) runs inside `CausalLM.generate`'s compiled loop
 (`tf.while_loop`, graph or XLA) and gives the NumPy loop's tokens: the loop
 hands row `r` the values its `default_rng([seed, r])` stream would give, in
-order. Every sampler here does; a sampler with only `next_tokens` decodes
-through the step-by-step loop.
+order. Every sampler here does, its rule written once (`rule(ops, logits,
+uniforms)`) on the array operations of NumPy or of TensorFlow; a sampler with
+only `next_tokens` decodes through the step-by-step loop.
 """
 
 import importlib
@@ -80,25 +81,104 @@ class Sampler:
         return cls(**config)
 
 
+class _NumPyOps:
+    """The array operations a rule reads, on NumPy arrays (the step loop and
+    the TFLM child, which imports no TensorFlow)."""
+
+    @staticmethod
+    def rank(logits):
+        """`(order, ranked)`: token ids best first and their logits `(B, V)`."""
+        order = np.argsort(-logits, axis=-1, kind="stable")
+        return order, np.take_along_axis(logits, order, axis=-1)
+
+    exp = staticmethod(np.exp)
+
+    @staticmethod
+    def row_sum(x):
+        return np.sum(x, axis=-1, keepdims=True)
+
+    @staticmethod
+    def cumsum(x):
+        return np.cumsum(x, axis=-1)
+
+    @staticmethod
+    def kept(keep, x):
+        return np.where(keep, x, 0.0)
+
+    @staticmethod
+    def places(x):
+        """Each ranked candidate's place `(1, V)`: 0 for the best."""
+        return np.arange(x.shape[-1])[None, :]
+
+    @staticmethod
+    def argmax(logits):
+        return np.argmax(logits, axis=-1)
+
+    @staticmethod
+    def pick(order, cdf, uniforms):
+        """The token whose ranked CDF interval holds each row's uniform."""
+        picks = [np.searchsorted(c, u, side="right") for c, u in zip(cdf, uniforms)]
+        picks = np.minimum(picks, order.shape[-1] - 1)  # a rounding guard
+        return order[np.arange(len(picks)), picks]
+
+
+class _TensorFlowOps:
+    """The same operations in TensorFlow (the compiled loop: graph or XLA)."""
+
+    def __init__(self):
+        import tensorflow as tf
+
+        self.tf = tf
+        self.exp = tf.exp
+
+    def rank(self, logits):
+        order = self.tf.argsort(-logits, axis=-1, stable=True)
+        return order, self.tf.gather(logits, order, batch_dims=1)
+
+    def row_sum(self, x):
+        return self.tf.reduce_sum(x, axis=-1, keepdims=True)
+
+    def cumsum(self, x):
+        return self.tf.cumsum(x, axis=-1)
+
+    def kept(self, keep, x):
+        return self.tf.where(keep, x, self.tf.zeros_like(x))
+
+    def places(self, x):
+        return self.tf.range(self.tf.shape(x)[-1])[None, :]
+
+    def argmax(self, logits):
+        return self.tf.argmax(logits, axis=-1, output_type=self.tf.int32)
+
+    def pick(self, order, cdf, uniforms):
+        picks = self.tf.searchsorted(cdf, uniforms[:, None], side="right")[:, 0]
+        picks = self.tf.minimum(picks, self.tf.shape(order)[-1] - 1)
+        return self.tf.gather(order, picks, batch_dims=1)
+
+
 class GreedySampler(Sampler):
     """The most likely token (ties: the lowest id)."""
 
     uses_uniforms = False
 
     def next_tokens(self, logits, rngs):
-        return np.argmax(logits, axis=-1)
+        return self.rule(_NumPyOps, logits, None)
 
     def compiled_next_tokens(self, logits, uniforms):
-        import tensorflow as tf
+        return self.rule(_TensorFlowOps(), logits, uniforms)
 
-        return tf.argmax(logits, axis=-1, output_type=tf.int32)
+    def rule(self, ops, logits, uniforms):
+        """The rule, once, on `ops` (NumPy or TensorFlow arrays)."""
+        return ops.argmax(logits)
 
 
 class RandomSampler(Sampler):
     """A draw from `softmax(logits / temperature)` over the kept tokens.
 
-    Subclasses narrow the candidates with `keep(probabilities)` on the
-    probabilities ranked best first.
+    Subclasses narrow the candidates with `keep(ops, probabilities)` on the
+    probabilities ranked best first. Each rule is written once, on the array
+    operations `ops` of NumPy (`next_tokens`: one `rng.random()` a row) or of
+    TensorFlow (`compiled_next_tokens`: the same uniforms, given).
 
     Args:
         temperature: float >= 1e-6, divides the logits. Defaults to `1.0`.
@@ -108,44 +188,25 @@ class RandomSampler(Sampler):
         self.temperature = check_temperature(temperature)
 
     def next_tokens(self, logits, rngs):
-        logits = logits / self.temperature
-        order = np.argsort(-logits, axis=-1, kind="stable")  # best first
-        ranked = np.take_along_axis(logits, order, axis=-1)
-        probs = np.exp(ranked - ranked[:, :1])
-        probs /= probs.sum(axis=-1, keepdims=True)
-        probs = np.where(self.keep(probs), probs, 0.0)
-        cdf = np.cumsum(probs, axis=-1)
-        cdf /= cdf[:, -1:]
-        # One uniform per row, inverted through the ranked distribution (what
-        # `rng.choice(V, p=...)` does, so the compiled loop can do it too).
         uniforms = np.array([r.random() for r in rngs])
-        picks = [np.searchsorted(c, u, side="right") for c, u in zip(cdf, uniforms)]
-        return order[np.arange(len(picks)), picks]
+        return self.rule(_NumPyOps, logits, uniforms)
 
     def compiled_next_tokens(self, logits, uniforms):
-        import tensorflow as tf
+        return self.rule(_TensorFlowOps(), logits, uniforms)
 
-        logits = logits / self.temperature
-        order = tf.argsort(-logits, axis=-1, stable=True)
-        ranked = tf.gather(logits, order, batch_dims=1)
-        probs = tf.exp(ranked - ranked[:, :1])
-        probs /= tf.reduce_sum(probs, axis=-1, keepdims=True)
-        probs = tf.where(self.compiled_keep(probs), probs, tf.zeros_like(probs))
-        cdf = tf.cumsum(probs, axis=-1)
-        cdf /= cdf[:, -1:]
-        picks = tf.searchsorted(cdf, uniforms[:, None], side="right")[:, 0]
-        picks = tf.minimum(picks, tf.shape(order)[-1] - 1)  # a rounding guard
-        return tf.gather(order, picks, batch_dims=1)
+    def rule(self, ops, logits, uniforms):
+        """One uniform per row, inverted through the ranked distribution of
+        the kept candidates (what `rng.choice(V, p=...)` does)."""
+        order, ranked = ops.rank(logits / self.temperature)  # best first
+        probs = ops.exp(ranked - ranked[:, :1])
+        probs = probs / ops.row_sum(probs)
+        probs = ops.kept(self.keep(ops, probs), probs)
+        cdf = ops.cumsum(probs)
+        return ops.pick(order, cdf / cdf[:, -1:], uniforms)
 
-    def keep(self, probabilities):
+    def keep(self, ops, probabilities):
         """Boolean `(B, V)`: which ranked candidates may be drawn (all)."""
-        return np.ones_like(probabilities, dtype=bool)
-
-    def compiled_keep(self, probabilities):
-        """`keep` in TensorFlow ops (a `tf.Tensor` of ranked probabilities)."""
-        import tensorflow as tf
-
-        return tf.ones_like(probabilities, dtype=tf.bool)
+        return ops.places(probabilities) >= 0
 
     def get_config(self):
         return {"temperature": self.temperature}
@@ -163,13 +224,8 @@ class TopKSampler(RandomSampler):
         super().__init__(temperature)
         self.k = _checks.positive_int("top_k", k)
 
-    def keep(self, probabilities):
-        return np.arange(probabilities.shape[-1])[None, :] < self.k
-
-    def compiled_keep(self, probabilities):
-        import tensorflow as tf
-
-        return tf.range(tf.shape(probabilities)[-1])[None, :] < self.k
+    def keep(self, ops, probabilities):
+        return ops.places(probabilities) < self.k
 
     def get_config(self):
         return {"k": self.k, **super().get_config()}
@@ -187,13 +243,8 @@ class TopPSampler(RandomSampler):
         super().__init__(temperature)
         self.p = check_top_p(p)
 
-    def keep(self, probabilities):
-        return np.cumsum(probabilities, axis=-1) - probabilities < self.p
-
-    def compiled_keep(self, probabilities):
-        import tensorflow as tf
-
-        return tf.cumsum(probabilities, axis=-1) - probabilities < self.p
+    def keep(self, ops, probabilities):
+        return ops.cumsum(probabilities) - probabilities < self.p
 
     def get_config(self):
         return {"p": self.p, **super().get_config()}
