@@ -404,8 +404,8 @@ class RelativeMultiHeadAttention(
         if cache is not None and self.quantize and not self.quantize_cache:
             _checks.fail(
                 "cache",
-                "None for a layer with quantize=True and quantize_cache=False "
-                "(an int8 cache needs its own range)",
+                "None for a layer with quantize=True (decoding needs "
+                "quantize='cache': an int8 cache needs its own range)",
                 "a cache",
             )
         if sink_tokens is not None:

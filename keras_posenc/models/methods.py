@@ -468,7 +468,7 @@ METHODS = {
 #: Methods that run block-local (`attention_window`): all of them (the
 #: forgetting gate gives its bias on the band, CoPE counts over the band).
 LOCAL_METHODS = tuple(METHODS)
-#: Methods that run LSH attention (`attention_type="lsh"`, `runs_lsh`).
+#: Methods that run LSH attention (`{"attention_type": "lsh"}`, `runs_lsh`).
 LSH_METHODS = tuple(name for name, method in METHODS.items() if method.runs_lsh)
 #: Methods whose attentions can share one bias (`share_position_bias=True`).
 SHARED_BIAS_METHODS = tuple(

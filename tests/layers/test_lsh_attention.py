@@ -1,4 +1,4 @@
-"""`RelativeMultiHeadAttention(attention_type="lsh")`: Reformer's LSH attention."""
+"""LSH attention (`attention_options={"attention_type": "lsh"}`): Reformer's."""
 
 import numpy as np
 import pytest

@@ -1,4 +1,4 @@
-"""Encoders with LSH attention (`attention_type="lsh"`), every method that runs it."""
+"""LSH encoders (`{"attention_type": "lsh"}`), every method that runs it."""
 
 import numpy as np
 import pytest

@@ -105,11 +105,11 @@ def test_generation_and_scoring_run_past_max_length_at_fixed_memory():
     out = model.generate([[1, 2, 3]], 40, streaming=streaming)
     assert out.shape == (1, 43)  # 5x max_length, through 8 cache slots
     again = model.generate([[1, 2, 3]], 40, streaming=Streaming(6, sink_tokens=2))
-    np.testing.assert_array_equal(out, again)  # the old keywords, forwarded
+    np.testing.assert_array_equal(out, again)  # an equal Streaming, a fresh cache
     scores = model.score(text(length=64), streaming)
     assert scores.shape == (2, 63) and np.isfinite(scores).all()
-    old = model.score(text(length=64), streaming=Streaming(6, sink_tokens=2))
-    np.testing.assert_array_equal(scores, old)
+    again = model.score(text(length=64), streaming=Streaming(6, sink_tokens=2))
+    np.testing.assert_array_equal(scores, again)
     # A prompt longer than the cache: the rest of it streams in the loop.
     long = model.generate(
         [list(range(1, 12))], 5, streaming=Streaming(4, sink_tokens=1)

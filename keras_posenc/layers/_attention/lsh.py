@@ -1,4 +1,4 @@
-"""LSH attention for `RelativeMultiHeadAttention` (`attention_type="lsh"`).
+"""LSH attention of `RelativeMultiHeadAttention` (`{"attention_type": "lsh"}`).
 
 A mixin: shared query-key heads hashed into buckets, sorted, attended in
 chunks (`ops.lsh`), with the position bias of every (query, key) pair the
