@@ -64,35 +64,8 @@ def integer_update_slices(model_bytes, requantize_cache=False):
             island = _island(graph, op, names, producers, readers)
             if island is None:
                 continue
-            sources, quantize = island
-            ranges = {
-                _range(graph.tensors[t]) for t in (sources[0], quantize.outputs[0])
-            }
-            if len(ranges) != 1 and not requantize_cache:
-                raise IslandError(
-                    f"{UPDATE} writes int8 tensors of different ranges {sorted(ranges)}"
-                    ": the old and the updated cache must share one range (a "
-                    "byte copy between steps); rewiring it would change values"
-                )
-            target = _range(graph.tensors[quantize.outputs[0]])
-            inputs = list(op.inputs)
-            for position, source in enumerate(sources):
-                dequantize = producers[inputs[position]]
-                if position == 0 and source in set(graph.inputs):
-                    # The cache fed in takes the updated cache's range: the
-                    # feed between steps is a byte copy, and no cached value
-                    # is rounded again at every step (each runtime its own way).
-                    _share_range(
-                        graph.tensors[source], graph.tensors[quantize.outputs[0]]
-                    )
-                elif _range(graph.tensors[source]) != target:  # onto the output's
-                    source = _requantized(graph, source, quantize, op, added)
-                inputs[position] = source
-                if len(readers[dequantize.outputs[0]]) == 1:
-                    drop.append(dequantize)
-            op.inputs = np.array(inputs, dtype=np.int32)
-            op.outputs = np.array(quantize.outputs, dtype=np.int32)
-            drop.append(quantize)
+            links = (producers, readers)
+            _rewire(graph, op, island, links, (drop, added), requantize_cache)
             changed = True
         operators = []
         for op in graph.operators:
@@ -105,6 +78,37 @@ def integer_update_slices(model_bytes, requantize_cache=False):
     for index, graph in enumerate(model.subgraphs):
         _drop_unused_tensors(model, index, graph)
     return bytes(flatbuffer_utils.convert_object_to_bytearray(model))
+
+
+def _rewire(graph, op, island, links, edits, requantize_cache):
+    """Makes one island's write int8 in place: its sources on the output's
+    range (the cache fed in sharing it, or requantized onto it). The ops the
+    write no longer reads go into `edits[0]`, requantizing ops into `edits[1]`."""
+    (sources, quantize), (producers, readers), (drop, added) = island, links, edits
+    ranges = {_range(graph.tensors[t]) for t in (sources[0], quantize.outputs[0])}
+    if len(ranges) != 1 and not requantize_cache:
+        raise IslandError(
+            f"{UPDATE} writes int8 tensors of different ranges {sorted(ranges)}"
+            ": the old and the updated cache must share one range (a "
+            "byte copy between steps); rewiring it would change values"
+        )
+    target = _range(graph.tensors[quantize.outputs[0]])
+    inputs = list(op.inputs)
+    for position, source in enumerate(sources):
+        dequantize = producers[inputs[position]]
+        if position == 0 and source in set(graph.inputs):
+            # The cache fed in takes the updated cache's range: the feed
+            # between steps is a byte copy, and no cached value is rounded
+            # again at every step (each runtime its own way).
+            _share_range(graph.tensors[source], graph.tensors[quantize.outputs[0]])
+        elif _range(graph.tensors[source]) != target:  # onto the output's
+            source = _requantized(graph, source, quantize, op, added)
+        inputs[position] = source
+        if len(readers[dequantize.outputs[0]]) == 1:
+            drop.append(dequantize)
+    op.inputs = np.array(inputs, dtype=np.int32)
+    op.outputs = np.array(quantize.outputs, dtype=np.int32)
+    drop.append(quantize)
 
 
 def _drop_unused_tensors(model, index, graph):
