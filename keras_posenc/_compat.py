@@ -115,3 +115,21 @@ def keep_float32_inputs(layer):
         layer.autocast = False
     else:
         layer._autocast = False
+
+
+def rank(x):
+    """The rank of a tensor or a shape (None when TensorFlow does not know it)."""
+    shape = getattr(x, "shape", x)
+    return shape.rank if hasattr(shape, "rank") else len(shape)
+
+
+def dtype_name(dtype):
+    """`"float32"`, `"int32"`, `"bool"`...: any backend's dtype, by its name."""
+    if IS_KERAS_3:
+        return keras.backend.standardize_dtype(dtype)
+    return tf.as_dtype(dtype).name
+
+
+def is_integer(x):
+    """Whether the tensor `x` holds (signed or unsigned) integers."""
+    return dtype_name(x.dtype).startswith(("int", "uint"))

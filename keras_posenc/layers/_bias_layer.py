@@ -1,9 +1,8 @@
 """The bias contract shared by every relative-position producer (docs/style.md)."""
 
-import tensorflow as tf
-
 from keras_posenc import ops
-from keras_posenc._compat import build_sublayer, clone_initializer, dim, keras
+from keras_posenc._backend import xp
+from keras_posenc._compat import build_sublayer, clone_initializer, dim, keras, rank
 from keras_posenc.layers._positions import resolve_positions
 
 
@@ -42,9 +41,9 @@ class BiasLayer(keras.layers.Layer):
     def _returned(self, bias):
         """A float32 bias `(N, T, S)` / `(B, N, T, S)` as `call` returns it:
         rank 4, in the compute dtype."""
-        if bias.shape.rank == 3:
-            bias = tf.expand_dims(bias, 0)  # (1, N, T, S); its gradient a reshape
-        return tf.cast(bias, self.compute_dtype)
+        if rank(bias) == 3:
+            bias = xp.expand_dims(bias, 0)  # (1, N, T, S); its gradient a reshape
+        return xp.cast(bias, self.compute_dtype)
 
     def compute_output_shape(self, query_shape, key_shape=None):
         key_shape = query_shape if key_shape is None else key_shape
@@ -62,10 +61,10 @@ class BiasLayer(keras.layers.Layer):
 
     def _bias_on_distinct_distances(self, query_length, key_length, start_index):
         """`(N, T, S)` from the bias of the distances `-(T-1)-start .. S-1-start`."""
-        distinct = tf.range(query_length + key_length - 1, dtype=tf.float32)
-        distinct -= tf.cast(query_length - 1, tf.float32)
-        distinct -= tf.cast(start_index, tf.float32)  # (T + S - 1,)
-        row = self.bias_between(tf.zeros([1]), distinct)[:, 0]  # (N, T + S - 1)
+        distinct = xp.range(query_length + key_length - 1, dtype=xp.float32)
+        distinct -= xp.cast(query_length - 1, xp.float32)
+        distinct -= xp.cast(start_index, xp.float32)  # (T + S - 1,)
+        row = self.bias_between(xp.zeros([1]), distinct)[:, 0]  # (N, T + S - 1)
         return ops.toeplitz(row, query_length, key_length)  # (N, T, S)
 
 

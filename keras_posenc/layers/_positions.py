@@ -1,10 +1,10 @@
 """Resolving the `start_index` / `positions` call arguments (shared by layers)."""
 
 import numpy as np
-import tensorflow as tf
 
 from keras_posenc import _checks, ops
-from keras_posenc._compat import dim
+from keras_posenc._backend import xp
+from keras_posenc._compat import dim, rank
 from keras_posenc.ops import position_range
 
 
@@ -17,8 +17,8 @@ def resolve_positions(inputs, start_index=0, positions=None, ranks=(1, 2)):
     """
     if positions is None:
         return position_range(dim(inputs, 1), start_index)
-    positions = tf.cast(positions, tf.float32)
-    if positions.shape.rank not in (None,) + tuple(ranks):
+    positions = xp.cast(positions, xp.float32)
+    if rank(positions) not in (None,) + tuple(ranks):
         shapes = {1: "(T,)", 2: "(B, T)", 3: "(B, T, C)"}
         expected = " or ".join(shapes[rank] for rank in ranks)
         raise ValueError(
@@ -40,7 +40,7 @@ def to_coordinates(positions, coordinate_dim=1, grid_shape=None, name="positions
         return ops.grid_coordinates(positions, grid_shape)
     if coordinate_dim == 1:
         return positions[..., None]
-    if positions.shape.rank == 1:
+    if rank(positions) == 1:
         _checks.fail(
             name,
             f"given as (T, C) coordinates for coordinate_dim={coordinate_dim}",
@@ -61,7 +61,7 @@ def check_on_grid(positions, grid_shape, name="positions"):
     graphs whose positions are constants.
     """
     cells = int(np.prod(grid_shape))
-    known = tf.get_static_value(positions)
+    known = xp.get_static_value(positions)
     if known is None or np.size(known) == 0:
         return
     low, high = float(np.min(known)), float(np.max(known))

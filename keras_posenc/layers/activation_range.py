@@ -1,8 +1,7 @@
 """Fake quantization of an activation on a range learned while training."""
 
-import tensorflow as tf
-
 from keras_posenc import _checks
+from keras_posenc._backend import xp
 from keras_posenc._compat import (
     add_float32_weight,
     keep_float32_inputs,
@@ -83,7 +82,7 @@ class ActivationRange(Momentum, keras.layers.Layer):
                 self.minimum,
                 self.maximum,
                 inputs,
-                tf.equal(self.batches, 0.0),
+                xp.equal(self.batches, 0.0),
                 self.momentum,
             )
             self.minimum.assign(low)

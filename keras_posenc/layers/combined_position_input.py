@@ -2,9 +2,8 @@
 
 import functools
 
-import tensorflow as tf
-
 from keras_posenc import _checks
+from keras_posenc._backend import xp
 from keras_posenc._compat import build_sublayer, keras, register
 from keras_posenc.layers.activation_range import ActivationRange
 from keras_posenc.ops import quantization
@@ -65,28 +64,28 @@ class CombinedPositionInput(keras.layers.Layer):
         self.built = True
 
     def call(self, word_embeddings, pos_embeddings, training=None):
-        pos_embeddings = tf.convert_to_tensor(pos_embeddings)  # Keras 2 passes numpy
+        pos_embeddings = xp.convert_to_tensor(pos_embeddings)  # Keras 2 passes numpy
         self._check_shapes(word_embeddings.shape, pos_embeddings.shape)
-        pos = tf.cast(pos_embeddings, word_embeddings.dtype)
+        pos = xp.cast(pos_embeddings, word_embeddings.dtype)
         if pos.shape[0] == 1 and word_embeddings.shape[0] != 1:
-            batch = tf.shape(word_embeddings)[:1]
-            pos = tf.broadcast_to(pos, tf.concat([batch, tf.shape(pos)[1:]], 0))
+            batch = xp.shape(word_embeddings)[:1]
+            pos = xp.broadcast_to(pos, xp.concat([batch, xp.shape(pos)[1:]], 0))
         if self.output_range is None:
-            return tf.concat([word_embeddings, pos], axis=-1)  # (B, T, D + P)
+            return xp.concat([word_embeddings, pos], axis=-1)  # (B, T, D + P)
         # The range learns from the joined tensor; the int8 model computes it
         # as each part placed by a product with a slice of the identity
         # (exact on the int8 grid), rounded on the output's range, and their
         # sum: FULLY_CONNECTED and ADD rescale to the output's range, where a
         # CONCATENATION (or PAD) holds its operands to one scale and the
         # converter refuses the words' when it equals the output's.
-        joined = tf.concat([word_embeddings, pos], axis=-1)  # (B, T, D + P)
+        joined = xp.concat([word_embeddings, pos], axis=-1)  # (B, T, D + P)
         if training:
             self.output_range(joined, training=True)
         words_width = word_embeddings.shape[-1]
-        place = tf.eye(joined.shape[-1], dtype=tf.float32)
-        place = tf.cast(quantization.fake_quant_weight(place), joined.dtype)
-        words = tf.tensordot(word_embeddings, place[:words_width], [[2], [0]])
-        pos = tf.tensordot(pos, place[words_width:], [[2], [0]])
+        place = xp.eye(joined.shape[-1], dtype=xp.float32)
+        place = xp.cast(quantization.fake_quant_weight(place), joined.dtype)
+        words = xp.tensordot(word_embeddings, place[:words_width], [[2], [0]])
+        pos = xp.tensordot(pos, place[words_width:], [[2], [0]])
         rounded = functools.partial(self.output_range, training=False)  # learned
         return rounded(rounded(words) + rounded(pos))
 

@@ -1,8 +1,7 @@
 """DAPE: a static bias refined by an MLP of what attention itself sees."""
 
-import tensorflow as tf
-
 from keras_posenc import _checks, ops
+from keras_posenc._backend import xp
 from keras_posenc._compat import (
     add_float32_weight,
     build_sublayer,
@@ -134,7 +133,7 @@ class DataAdaptiveBias(BiasLayer):
             positions=positions,
             key_positions=key_positions,
         )
-        return tf.cast(bias, self.compute_dtype)
+        return xp.cast(bias, self.compute_dtype)
 
     def get_config(self):
         config = super().get_config()

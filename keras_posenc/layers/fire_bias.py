@@ -3,6 +3,7 @@
 import tensorflow as tf
 
 from keras_posenc import _checks, ops
+from keras_posenc._backend import xp
 from keras_posenc._compat import (
     add_float32_weight,
     dim,
@@ -152,7 +153,7 @@ class FireBias(BiasLayer):
             return grid(query, key, start_index, positions, key_positions)
         key = query if key is None else key
         query_length, key_length = dim(query, 1), dim(key, 1)
-        last = tf.cast(start_index + query_length - 1, tf.float32)
+        last = xp.cast(start_index + query_length - 1, xp.float32)
 
         def distinct():
             bias = self._bias_on_distinct_distances(
@@ -167,7 +168,7 @@ class FireBias(BiasLayer):
     @property
     def threshold(self):
         """`L = |multiplier * initial_threshold|`, a float32 scalar."""
-        return tf.abs(self.threshold_multiplier * self.initial_threshold)
+        return xp.abs(self.threshold_multiplier * self.initial_threshold)
 
     def bias_between(self, query_positions, key_positions):
         """Float32 bias `(..., N, T, S)` between positions `(..., T)`, `(..., S)`."""

@@ -1,8 +1,7 @@
 """The forgetting gate (FoX): a decay bias the network computes from content."""
 
-import tensorflow as tf
-
 from keras_posenc import _checks, ops
+from keras_posenc._backend import xp
 from keras_posenc._compat import (
     build_sublayer,
     clone_initializer,
@@ -143,8 +142,8 @@ class ForgettingGate(keras.layers.Layer):
         else:
             window = self.attention_window
             bias = ops.forgetting.decay_band(log_forward, log_backward, window)
-            bias = tf.maximum(bias, BIAS_FLOOR)
-        return tf.cast(bias, self.compute_dtype)
+            bias = xp.maximum(bias, BIAS_FLOOR)
+        return xp.cast(bias, self.compute_dtype)
 
     def compute_output_shape(self, input_shape):
         length, window = input_shape[1], self.attention_window
@@ -173,10 +172,10 @@ class ForgettingGate(keras.layers.Layer):
 
     def log_gates(self, inputs, mask=None):
         """`(log f, log g or None)`, float32 `(B, T, N)` each; 0 where masked."""
-        z = self.gate_dense(tf.cast(inputs, tf.float32))  # (B, T, gates * N)
-        log_gates = tf.math.log_sigmoid(z)
+        z = self.gate_dense(xp.cast(inputs, xp.float32))  # (B, T, gates * N)
+        log_gates = xp.math.log_sigmoid(z)
         if mask is not None:
-            log_gates *= tf.cast(mask, tf.float32)[:, :, None]
+            log_gates *= xp.cast(mask, xp.float32)[:, :, None]
         if not self.bidirectional:
             return log_gates, None
         return log_gates[..., : self.num_heads], log_gates[..., self.num_heads :]

@@ -1,9 +1,15 @@
 """Gated fusion of absolute and relative positions."""
 
-import tensorflow as tf
-
 from keras_posenc import _checks, ops
-from keras_posenc._compat import build_sublayer, dim, incoming_mask, keras, register
+from keras_posenc._backend import xp
+from keras_posenc._compat import (
+    build_sublayer,
+    dim,
+    incoming_mask,
+    keras,
+    rank,
+    register,
+)
 from keras_posenc.layers._rounding import rounder, rounding_points
 from keras_posenc.layers.segment_positions import check_segment_ids
 
@@ -132,20 +138,20 @@ class GatedPositionFusion(keras.layers.Layer):
                 True,
                 fix=f"Received {given}",
             )
-        absolute = tf.cast(abs_pos, tf.float32)  # (B, T, D)
-        gate = tf.sigmoid(self.gate(absolute))  # (B, T, D)
+        absolute = xp.cast(abs_pos, xp.float32)  # (B, T, D)
+        gate = xp.sigmoid(self.gate(absolute))  # (B, T, D)
         if segment_ids is not None:  # Keras 3 passes no mask beside segment_ids
             mask = incoming_mask(abs_pos, mask)
             relative = self._packed_mean(abs_pos, rel_pos, segment_ids, mask)
             fused = gate * absolute + (1.0 - gate) * relative
-            return tf.cast(fused, self.compute_dtype)
+            return xp.cast(fused, self.compute_dtype)
         if mask is not None and key_length is None:  # only real tokens are keys
-            key_length = tf.reduce_sum(tf.cast(mask, tf.int32), axis=1)  # (B,)
-            key_length = tf.maximum(key_length, 1)  # an all-padding row stays finite
+            key_length = xp.reduce_sum(xp.cast(mask, xp.int32), axis=1)  # (B,)
+            key_length = xp.maximum(key_length, 1)  # an all-padding row stays finite
         relative = self.relative_mean(abs_pos, rel_pos, key_length, start_index)
         fused = gate * absolute + (1.0 - gate) * relative
         fused = rounder(self.rounding, training)("output", fused)
-        return tf.cast(fused, self.compute_dtype)
+        return xp.cast(fused, self.compute_dtype)
 
     def compute_output_shape(self, abs_pos_shape, rel_pos_shape=None):
         return tuple(abs_pos_shape)
@@ -170,20 +176,20 @@ class GatedPositionFusion(keras.layers.Layer):
     def _packed_mean(self, abs_pos, rel_pos, segment_ids, mask=None):
         """`relative_mean` of a packed row: each query over the real keys
         of its own run."""
-        segment_ids = tf.convert_to_tensor(segment_ids)
+        segment_ids = xp.convert_to_tensor(segment_ids)
         check_segment_ids(segment_ids)
         rel_pos = self._relative(rel_pos)
-        if rel_pos.shape.rank == 4:  # (B, T, S, D)
+        if rank(rel_pos) == 4:  # (B, T, S, D)
             runs = ops.segments.runs(segment_ids)
             seen = ops.segments.same_run(runs, runs)  # (B, T, S)
             if mask is not None:
-                seen = tf.logical_and(seen, tf.cast(mask, tf.bool)[:, None, :])
+                seen = xp.logical_and(seen, xp.cast(mask, xp.bool)[:, None, :])
             if self.causal:
                 causal = ops.causal_mask(dim(rel_pos, 1), dim(rel_pos, 2))
-                seen = tf.logical_and(seen, causal[None])
-            seen = tf.cast(seen, tf.float32)[..., None]
-            count = tf.maximum(tf.reduce_sum(seen, axis=2), 1.0)
-            return tf.reduce_sum(rel_pos * seen, axis=2) / count
+                seen = xp.logical_and(seen, causal[None])
+            seen = xp.cast(seen, xp.float32)[..., None]
+            count = xp.maximum(xp.reduce_sum(seen, axis=2), 1.0)
+            return xp.reduce_sum(rel_pos * seen, axis=2) / count
         return ops.clipped_table_mean(
             rel_pos,
             dim(abs_pos, 1),
@@ -195,18 +201,18 @@ class GatedPositionFusion(keras.layers.Layer):
     def relative_mean(self, abs_pos, rel_pos=None, key_length=None, start_index=0):
         """The float32 relative term `mean_j rel[:, :, j]`: `(B, T, D)` or `(T, D)`."""
         rel_pos = self._relative(rel_pos)
-        if rel_pos.shape.rank == 4:
-            seen = tf.ones_like(rel_pos[:1, :, :, :1])  # (1, T, S, 1)
+        if rank(rel_pos) == 4:
+            seen = xp.ones_like(rel_pos[:1, :, :, :1])  # (1, T, S, 1)
             if self.causal:
                 seen = ops.cache.cache_mask(
                     start_index, dim(rel_pos, 1), dim(rel_pos, 2)
                 )
-                seen = tf.cast(seen, tf.float32)[None, :, :, None]
+                seen = xp.cast(seen, xp.float32)[None, :, :, None]
             if key_length is not None and not isinstance(key_length, int):
-                keys = tf.range(dim(rel_pos, 2))[None, :] < key_length[:, None]
-                seen = seen * tf.cast(keys, tf.float32)[:, None, :, None]
-            count = tf.maximum(tf.reduce_sum(seen, axis=2), 1.0)
-            return tf.reduce_sum(rel_pos * seen, axis=2) / count
+                keys = xp.range(dim(rel_pos, 2))[None, :] < key_length[:, None]
+                seen = seen * xp.cast(keys, xp.float32)[:, None, :, None]
+            count = xp.maximum(xp.reduce_sum(seen, axis=2), 1.0)
+            return xp.reduce_sum(rel_pos * seen, axis=2) / count
         length = dim(abs_pos, 1)
         keys = length if key_length is None else key_length
         return ops.clipped_table_mean(
@@ -223,10 +229,10 @@ class GatedPositionFusion(keras.layers.Layer):
                     "relative tensor or table, or set max_distance"
                 )
             rel_pos = self.table
-        rel_pos = tf.cast(rel_pos, tf.float32)
-        rank = rel_pos.shape.rank
-        if rank != 4 and (
-            rank != 2 or rel_pos.shape[0] is None or rel_pos.shape[0] % 2 == 0
+        rel_pos = xp.cast(rel_pos, xp.float32)
+        ndim = rank(rel_pos)
+        if ndim != 4 and (
+            ndim != 2 or rel_pos.shape[0] is None or rel_pos.shape[0] % 2 == 0
         ):
             raise ValueError(
                 "`rel_pos` must be a dense (B, T, S, D) tensor or a (2M + 1, D) "

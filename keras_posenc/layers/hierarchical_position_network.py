@@ -2,9 +2,8 @@
 
 import functools
 
-import tensorflow as tf
-
 from keras_posenc import _checks, ops
+from keras_posenc._backend import xp
 from keras_posenc._compat import build_sublayer, incoming_mask, keras, register
 from keras_posenc._compat import dim as axis_size
 from keras_posenc.layers.activation_range import ActivationRange
@@ -256,7 +255,7 @@ class HierarchicalPositionNetwork(keras.layers.Layer):
         elif self.causal and conv:
             if state is None:  # zeros before the first token
                 padding = [[0, 0], [self.kernel_size - 1, 0], [0, 0]]
-                features = tf.pad(inputs_read, padding)
+                features = xp.pad(inputs_read, padding)
             else:
                 cached = self._state_rounding(state_range)
                 features, state = ops.cache.causal_window(
@@ -273,8 +272,8 @@ class HierarchicalPositionNetwork(keras.layers.Layer):
         )
         pos_info = self._dropout_layer(features, training=training)  # (B, T, D)
         if self.position_l2:
-            squared = tf.square(tf.cast(pos_info, tf.float32))
-            self.add_loss(self.position_l2 * tf.reduce_mean(squared))
+            squared = xp.square(xp.cast(pos_info, xp.float32))
+            self.add_loss(self.position_l2 * xp.reduce_mean(squared))
         outputs = rounding("sum", inputs + pos_info)
         if state is not None:
             return outputs, state
@@ -297,7 +296,7 @@ class HierarchicalPositionNetwork(keras.layers.Layer):
                 "per-document convolution and positions are not rounded)",
                 "a segment_ids tensor",
             )
-        segment_ids = tf.convert_to_tensor(segment_ids)
+        segment_ids = xp.convert_to_tensor(segment_ids)
         check_segment_ids(segment_ids)
         if state is not None:
             _checks.fail(
@@ -312,14 +311,14 @@ class HierarchicalPositionNetwork(keras.layers.Layer):
         past the end of a shorter input."""
         if mask is None or self.position_features != "conv":
             return inputs
-        real = tf.cast(mask, bool)[:, :, None]
+        real = xp.cast(mask, bool)[:, :, None]
         if not self.quantize:
-            return tf.where(real, inputs, tf.zeros_like(inputs))
+            return xp.where(real, inputs, xp.zeros_like(inputs))
         # int8: times 0/1 weights on their exact grid (a SELECT of the input
         # and a zero would need one scale twice, which the converter
         # recomputes and refuses)
-        weights = quantization.fake_quant(tf.where(real, 1.0, 0.0), 0.0, 1.0)
-        return rounding("read", inputs * tf.cast(weights, inputs.dtype))
+        weights = quantization.fake_quant(xp.where(real, 1.0, 0.0), 0.0, 1.0)
+        return rounding("read", inputs * xp.cast(weights, inputs.dtype))
 
     def _sinusoid_features(self, inputs, generator, segment_ids, where, rounded):
         """`(features, parts left)` of the sinusoid generator: `[x, sin/cos]`
@@ -334,8 +333,8 @@ class HierarchicalPositionNetwork(keras.layers.Layer):
             return hidden.output_range(features, training=training), ("output",)
         length = axis_size(inputs, 1)
         table = self._rows(encode, start_index, length, max_length)
-        table = tf.broadcast_to(tf.cast(table, inputs.dtype), tf.shape(inputs))
-        features = tf.concat([inputs, table], axis=-1)  # (B, T, 2D)
+        table = xp.broadcast_to(xp.cast(table, inputs.dtype), xp.shape(inputs))
+        features = xp.concat([inputs, table], axis=-1)  # (B, T, 2D)
         return features, GENERATOR_PARTS[self.position_features]
 
     def _generate(self, generator, features, which, rounded):
@@ -412,7 +411,7 @@ class HierarchicalPositionNetwork(keras.layers.Layer):
     def _sinusoids(self, segment_ids):
         """`encode(start, count)`: sinusoid features `(T, D)` (packed: `(B, T, D)`)."""
         if segment_ids is not None:  # (B, T): from 0 in every document
-            positions = tf.cast(ops.segments.positions(segment_ids), tf.float32)
+            positions = xp.cast(ops.segments.positions(segment_ids), xp.float32)
             table = ops.sinusoid(positions, self.dim, self.max_wavelength)
             return lambda start, count: table
         return lambda start, count: ops.sinusoid(
@@ -436,32 +435,32 @@ class HierarchicalPositionNetwork(keras.layers.Layer):
         kernel = hidden.kernel  # (2D, hidden)
         bits = getattr(hidden, "kernel_bits", quantization.NUM_BITS)  # 4: int4 LMs
         content_kernel = quantization.fake_quant_weight(kernel[: self.dim], bits)
-        content = tf.tensordot(
-            inputs, tf.cast(content_kernel, inputs.dtype), [[2], [0]]
+        content = xp.tensordot(
+            inputs, xp.cast(content_kernel, inputs.dtype), [[2], [0]]
         )  # (B, T, hidden)
         content = rounding("content", content)
 
         def position_half(start, count):  # (T, hidden) float32
-            weight = tf.cast(kernel[self.dim :], tf.float32)
-            return tf.matmul(encode(start, count), weight) + tf.cast(
-                hidden.bias, tf.float32
+            weight = xp.cast(kernel[self.dim :], xp.float32)
+            return xp.matmul(encode(start, count), weight) + xp.cast(
+                hidden.bias, xp.float32
             )
 
         start_index, max_length = where
         half = self._rows(position_half, start_index, axis_size(inputs, 1), max_length)
-        half = tf.cast(rounding("positions", half), inputs.dtype)
-        return tf.nn.relu(content + half)
+        half = xp.cast(rounding("positions", half), inputs.dtype)
+        return xp.nn.relu(content + half)
 
     def _rounded_conv(self, conv, features):
         """`conv(features)` with its kernel on the int8 grid (per tensor)."""
         kernel, *bias = conv.weights  # (k, D, 1), (D,)
-        kernel = tf.cast(quantization.fake_quant_weight(kernel), features.dtype)
+        kernel = xp.cast(quantization.fake_quant_weight(kernel), features.dtype)
         padding = "VALID" if self.causal else "SAME"  # causal: padded already
-        output = tf.nn.depthwise_conv2d(
+        output = xp.nn.depthwise_conv2d(
             features[:, None], kernel[None], [1, 1, 1, 1], padding
         )  # (B, 1, T, D)
         if bias:  # added before the slice: the converter fuses it into the conv
-            output += tf.cast(bias[0], output.dtype)
+            output += xp.cast(bias[0], output.dtype)
         return output[:, 0]  # (B, T, D)
 
     def _segment_conv(self, conv, inputs, runs):
@@ -470,11 +469,11 @@ class HierarchicalPositionNetwork(keras.layers.Layer):
         first = -(self.kernel_size - 1) if self.causal else -(self.kernel_size // 2)
         output = None
         for tap in range(self.kernel_size):
-            weight = tf.cast(kernel[tap, :, 0], inputs.dtype)  # (D,)
+            weight = xp.cast(kernel[tap, :, 0], inputs.dtype)  # (D,)
             term = ops.segments.shift_within(inputs, runs, first + tap) * weight
             output = term if output is None else output + term
         if bias:
-            output += tf.cast(bias[0], inputs.dtype)
+            output += xp.cast(bias[0], inputs.dtype)
         return output
 
     def generator(self, index):

@@ -1,9 +1,9 @@
 """KERPLE: a learned conditionally-positive-definite kernel of the distance."""
 
 import numpy as np
-import tensorflow as tf
 
 from keras_posenc import _checks, ops
+from keras_posenc._backend import xp
 from keras_posenc._compat import add_float32_weight, keras, register
 from keras_posenc.layers._bias_layer import BiasLayer
 from keras_posenc.ops.kernels import KERPLE_KERNELS
@@ -20,7 +20,7 @@ class _Clamp(keras.constraints.Constraint):
         self.low, self.high = low, high
 
     def __call__(self, w):
-        return tf.clip_by_value(w, self.low, np.inf if self.high is None else self.high)
+        return xp.clip_by_value(w, self.low, np.inf if self.high is None else self.high)
 
     def get_config(self):
         return {"low": self.low, "high": self.high}
@@ -116,6 +116,6 @@ class KerpleBias(BiasLayer):
         """Float32 bias `(..., N, T, S)` between positions `(..., T)`, `(..., S)`."""
         relative = ops.relative_positions(query_positions, key_positions)
         high = MAX_POWER if self.kernel == "power" else np.inf
-        r1 = tf.maximum(self.r1, MIN_PARAMETER)
-        r2 = tf.clip_by_value(self.r2, MIN_PARAMETER, high)
+        r1 = xp.maximum(self.r1, MIN_PARAMETER)
+        r2 = xp.clip_by_value(self.r2, MIN_PARAMETER, high)
         return ops.kernels.kerple_bias(relative, r1, r2, self.kernel)

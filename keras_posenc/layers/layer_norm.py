@@ -1,8 +1,7 @@
 """Layer normalization written with ops that quantize to pure int8."""
 
-import tensorflow as tf
-
 from keras_posenc import _checks
+from keras_posenc._backend import xp
 from keras_posenc._compat import (
     build_sublayer,
     keep_float32_inputs,
@@ -83,24 +82,24 @@ class LayerNorm(keras.layers.Layer):
 
     def call(self, inputs, training=None):
         r = rounder(self.rounding, training)
-        x = tf.cast(inputs, tf.float32)
-        centered = r("centered", x - r("mean", tf.reduce_mean(x, -1, keepdims=True)))
+        x = xp.cast(inputs, xp.float32)
+        centered = r("centered", x - r("mean", xp.reduce_mean(x, -1, keepdims=True)))
         # centered * centered, not SQUARED_DIFFERENCE: LiteRT has no int16
         # kernel for the latter, and 16x8 export needs one.
         square = r("square", centered * centered)
-        variance = r("variance", tf.reduce_mean(square, axis=-1, keepdims=True))
-        gamma, beta = (tf.cast(w, tf.float32) for w in (self.gamma, self.beta))
-        epsilon = tf.constant(self.epsilon, tf.float32)
+        variance = r("variance", xp.reduce_mean(square, axis=-1, keepdims=True))
+        gamma, beta = (xp.cast(w, xp.float32) for w in (self.gamma, self.beta))
+        epsilon = xp.constant(self.epsilon, xp.float32)
         if self.quantize:  # constants on their own int8 ranges, as converted
             gamma, beta, epsilon = map(
                 quantization.fake_quant_constant, (gamma, beta, epsilon)
             )
         shifted = r("variance_epsilon", variance + epsilon)
         if self.quantize:  # a variance rounded to 0: RSQRT saturates, never inf
-            shifted = tf.maximum(shifted, self.epsilon)
-        inverse = r("inverse_deviation", tf.math.rsqrt(shifted))
+            shifted = xp.maximum(shifted, self.epsilon)
+        inverse = r("inverse_deviation", xp.math.rsqrt(shifted))
         y = r("scaled", r("normalized", centered * inverse) * gamma)
-        return tf.cast(r("output", y + beta), self.compute_dtype)
+        return xp.cast(r("output", y + beta), self.compute_dtype)
 
     def compute_output_shape(self, input_shape):
         return tuple(input_shape)

@@ -1,8 +1,7 @@
 """Trainable absolute position table."""
 
-import tensorflow as tf
-
 from keras_posenc import _checks
+from keras_posenc._backend import xp
 from keras_posenc._compat import keras, register
 from keras_posenc.ops import quantization
 
@@ -73,18 +72,18 @@ class LearnedPositionEmbedding(keras.layers.Layer):
         table = self.embeddings
         if self.quantize:  # the int8 table, rows read as they are
             table = quantization.fake_quant_weight(table)
-        table = tf.cast(table, self.compute_dtype)  # (K, D)
+        table = xp.cast(table, self.compute_dtype)  # (K, D)
         if positions is not None:
-            encoding = tf.gather(table, tf.cast(positions, tf.int32))
+            encoding = xp.gather(table, xp.cast(positions, xp.int32))
         else:
             length = inputs.shape[1]
             if isinstance(start_index, int) and length is not None:
                 self._check_length(length, start_index)
                 encoding = table[start_index : start_index + length]  # (T, D)
             else:
-                length = tf.shape(inputs)[1]
-                encoding = tf.slice(table, [start_index, 0], [length, -1])
-        return tf.broadcast_to(encoding, tf.shape(inputs))  # (B, T, D)
+                length = xp.shape(inputs)[1]
+                encoding = xp.slice(table, [start_index, 0], [length, -1])
+        return xp.broadcast_to(encoding, xp.shape(inputs))  # (B, T, D)
 
     def compute_output_shape(self, input_shape):
         return tuple(input_shape)

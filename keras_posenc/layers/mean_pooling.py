@@ -1,8 +1,7 @@
 """Mean pooling over the real tokens, defined for all-padding rows."""
 
-import tensorflow as tf
-
 from keras_posenc import _checks
+from keras_posenc._backend import xp
 from keras_posenc._compat import build_sublayer, keras, register
 from keras_posenc.layers._rounding import rounder, rounding_points
 from keras_posenc.ops import quantization
@@ -60,23 +59,23 @@ class MeanPooling(keras.layers.Layer):
     def call(self, inputs, mask=None, training=None):
         r = rounder(self.rounding, training)
         if mask is None:
-            return r("output", tf.reduce_mean(inputs, axis=1))
-        mask = tf.cast(mask, tf.bool)[:, :, None]  # (B, T, 1)
-        real = tf.where(mask, 1.0, 0.0)  # no bool-to-float cast: int8 SELECT
+            return r("output", xp.reduce_mean(inputs, axis=1))
+        mask = xp.cast(mask, xp.bool)[:, :, None]  # (B, T, 1)
+        real = xp.where(mask, 1.0, 0.0)  # no bool-to-float cast: int8 SELECT
         if self.quantize:
             # The 0/1 weights on their exact grid, whole counts on a fixed
             # one (exact up to 255), the sum a BATCH_MATMUL by the weights:
             # a SELECT of the input would need its scale twice, which the
             # converter recomputes and then refuses as unequal.
             real = quantization.fake_quant(real, 0.0, 1.0)
-            high = tf.maximum(255.0, _length(inputs))
-            count = quantization.fake_quant(tf.reduce_sum(real, axis=1), 0.0, high)
-            weights = tf.cast(tf.transpose(real, [0, 2, 1]), inputs.dtype)  # (B, 1, T)
-            summed = tf.matmul(weights, inputs)[:, 0]
+            high = xp.maximum(255.0, _length(inputs))
+            count = quantization.fake_quant(xp.reduce_sum(real, axis=1), 0.0, high)
+            weights = xp.cast(xp.transpose(real, [0, 2, 1]), inputs.dtype)  # (B, 1, T)
+            summed = xp.matmul(weights, inputs)[:, 0]
         else:
-            count = tf.reduce_sum(real, axis=1)  # (B, 1)
-            summed = tf.reduce_sum(tf.where(mask, inputs, tf.zeros_like(inputs)), 1)
-        count = tf.cast(tf.maximum(count, 1.0), inputs.dtype)
+            count = xp.reduce_sum(real, axis=1)  # (B, 1)
+            summed = xp.reduce_sum(xp.where(mask, inputs, xp.zeros_like(inputs)), 1)
+        count = xp.cast(xp.maximum(count, 1.0), inputs.dtype)
         return r("output", r("sum", summed) / count)
 
     def compute_mask(self, inputs, mask=None):
@@ -93,4 +92,4 @@ class MeanPooling(keras.layers.Layer):
 
 def _length(inputs):
     """T of `(B, T, D)` as a float32 scalar."""
-    return tf.cast(tf.shape(inputs)[1], tf.float32)
+    return xp.cast(xp.shape(inputs)[1], xp.float32)

@@ -1,9 +1,8 @@
 """A Dense layer trained as int8 TFLite runs it."""
 
-import tensorflow as tf
-
 from keras_posenc import _checks
-from keras_posenc._compat import build_sublayer, keras, register
+from keras_posenc._backend import xp
+from keras_posenc._compat import build_sublayer, keras, rank, register
 from keras_posenc.layers.activation_range import ActivationRange
 from keras_posenc.ops import quantization
 
@@ -86,13 +85,13 @@ class QuantizedDense(keras.layers.Dense):
         if self.input_range is not None:
             inputs = self.input_range(inputs, training=training)
         kernel = quantization.fake_quant_weight(self.kernel, self.kernel_bits)
-        kernel = tf.cast(kernel, inputs.dtype)
-        if inputs.shape.rank > 2:
-            outputs = tf.tensordot(inputs, kernel, [[inputs.shape.rank - 1], [0]])
+        kernel = xp.cast(kernel, inputs.dtype)
+        if rank(inputs) > 2:
+            outputs = xp.tensordot(inputs, kernel, [[rank(inputs) - 1], [0]])
         else:
-            outputs = tf.matmul(inputs, kernel)
+            outputs = xp.matmul(inputs, kernel)
         if self.use_bias:
-            outputs = outputs + tf.cast(self.bias, outputs.dtype)
+            outputs = outputs + xp.cast(self.bias, outputs.dtype)
         if self.activation is not None:
             outputs = self.activation(outputs)
         return self.output_range(outputs, training=training)

@@ -9,9 +9,8 @@ for it (`_attention/local.py`, `_attention/lsh.py`, `_attention/packed.py`,
 
 import math
 
-import tensorflow as tf
-
 from keras_posenc import _checks, ops
+from keras_posenc._backend import xp
 from keras_posenc._compat import (
     IS_KERAS_3,
     build_sublayer,
@@ -257,8 +256,8 @@ class RelativeMultiHeadAttention(
     ):
         given = {name: v for name, v in locals().items() if name in CHECKED}
         self_attention = value is None and key is None  # Keras 2 converts query only
-        value = query if value is None else tf.convert_to_tensor(value)
-        key = value if key is None else tf.convert_to_tensor(key)
+        value = query if value is None else xp.convert_to_tensor(value)
+        key = value if key is None else xp.convert_to_tensor(key)
         self._check_call(query, key, value, self_attention=self_attention, **given)
         where = dict(
             start_index=start_index, positions=positions, key_positions=key_positions
@@ -382,7 +381,7 @@ class RelativeMultiHeadAttention(
             `(context (..., T, Hv), weights (..., T, S))`.
         """
         r = rounder(self.rounding, training)  # quantize: as int8 TFLite rounds
-        logits = r("logits", tf.matmul(query, key, transpose_b=True))
+        logits = r("logits", xp.matmul(query, key, transpose_b=True))
         if self.contextual_position is not None:  # it reads heads-last queries
             queries = ops.attention.swap_heads(query)
             # Block-local, a band's W queries are its keys W .. 2W - 1.
@@ -394,7 +393,7 @@ class RelativeMultiHeadAttention(
             bias = _plus(bias, term)
         weights = self._weights(logits, bias, mask, training)
         dropped = self._dropout_layer(weights, training=training)
-        return r("context", tf.matmul(dropped, value)), weights
+        return r("context", xp.matmul(dropped, value)), weights
 
     def _decode_call(self, query, cached, extra):
         """Decoding: self-attention over `cached = (cache, index,
@@ -436,7 +435,7 @@ class RelativeMultiHeadAttention(
         q, k, v = (
             None
             if dense is None
-            else tf.reshape(dense(x, training=training), [-1, dim(x, 1), heads, size])
+            else xp.reshape(dense(x, training=training), [-1, dim(x, 1), heads, size])
             for dense, x, heads, size in (
                 (self._query_dense, query, self.num_heads, self.key_dim),
                 (self._key_dense, key, kv_heads, self.key_dim),
@@ -446,7 +445,7 @@ class RelativeMultiHeadAttention(
         k = q if shared else k
         if self._scale_in_rotation():
             return q, k, v
-        scaled = q * tf.cast(self._query_scale, q.dtype)
+        scaled = q * xp.cast(self._query_scale, q.dtype)
         return rounder(self.rounding, training)("scaled_query", scaled), k, v
 
     @property
@@ -458,7 +457,7 @@ class RelativeMultiHeadAttention(
         """Heads-last context `(B, T, N, Hv)` -> the output `(B, T, output_dim)`."""
         shape = [-1, dim(context, 1), context.shape[2] * context.shape[3]]
         rounding = {"training": training} if self.quantize else {}
-        return self._output_dense(tf.reshape(context, shape), **rounding)
+        return self._output_dense(xp.reshape(context, shape), **rounding)
 
     def _dense(self, units, name):
         bits = {"kernel_bits": self.kernel_bits} if self.quantize else {}
@@ -507,7 +506,7 @@ class RelativeMultiHeadAttention(
         """Key or value heads repeated to one per query head (grouped-query
         attention: head n reads `n // G`); as they are without groups."""
         groups = self.num_heads // self.num_key_value_heads
-        return x if groups == 1 else tf.repeat(x, groups, axis=axis)
+        return x if groups == 1 else xp.repeat(x, groups, axis=axis)
 
     def _weights(self, logits, bias, mask, training=None, step=False):
         """Float32 softmax of `logits + bias` over the keys, masked.
@@ -516,7 +515,7 @@ class RelativeMultiHeadAttention(
         oneDNN's kernel costs more than its work on one row per head.
         """
         r = rounder(self.rounding, training)
-        logits = tf.cast(logits, tf.float32)
+        logits = xp.cast(logits, xp.float32)
         if getattr(self.position_bias, "reads_logits", False) and bias is not None:
             bias = bias + self.position_bias.adapt(logits, bias)  # DAPE: f([A, B])
         if bias is not None:
@@ -526,15 +525,15 @@ class RelativeMultiHeadAttention(
                 penalty = -ops.MASK_PENALTY
             else:
                 penalty = ops.attention.masked_logit(logits)
-            logits = r("masked", tf.where(mask, logits, penalty))
+            logits = r("masked", xp.where(mask, logits, penalty))
         if step:
-            exp = tf.exp(logits - tf.reduce_max(logits, -1, keepdims=True))
-            weights = exp / tf.reduce_sum(exp, -1, keepdims=True)
+            exp = xp.exp(logits - xp.reduce_max(logits, -1, keepdims=True))
+            weights = exp / xp.reduce_sum(exp, -1, keepdims=True)
         else:
-            weights = tf.nn.softmax(logits, axis=-1)
+            weights = xp.nn.softmax(logits, axis=-1)
         if self.quantize:
             weights = quantization.fake_quant_probabilities(weights)
-        return tf.cast(weights, self.compute_dtype)
+        return xp.cast(weights, self.compute_dtype)
 
     def _attend(
         self,
@@ -562,7 +561,7 @@ class RelativeMultiHeadAttention(
         if keys is not None:  # masked values never reach an output, even NaN
             keys = keys[:, 0]  # (B, S)
             real = keys[:, :, None, None]
-            heads = (*heads[:2], tf.where(real, heads[2], tf.zeros_like(heads[2])))
+            heads = (*heads[:2], xp.where(real, heads[2], xp.zeros_like(heads[2])))
         if self.attention_type == "lsh" or self.attention_window is not None:
             swap = ops.attention.swap_heads  # the band / chunks fold heads-first
             folded, start = [swap(x) for x in heads], where["start_index"]
@@ -586,7 +585,7 @@ class RelativeMultiHeadAttention(
         bias = None
         if self.position_bias is not None:
             at = self._bias_where(where, segments)
-            bias = tf.cast(self.position_bias(query, key, **at), tf.float32)
+            bias = xp.cast(self.position_bias(query, key, **at), xp.float32)
         bias = _plus(bias, attention_bias)  # (B or 1, N, T, S)
         allowed = segment_mask(segments, attention_mask)  # (B, T, S) or None
         mask = ops.combine_masks(

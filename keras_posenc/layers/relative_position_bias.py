@@ -1,9 +1,8 @@
 """Relative position bias for attention logits: T5 buckets, Shaw clipping, ALiBi."""
 
-import tensorflow as tf
-
 from keras_posenc import _checks, ops
-from keras_posenc._compat import keras, register
+from keras_posenc._backend import xp
+from keras_posenc._compat import keras, rank, register
 from keras_posenc.layers._bias_layer import BiasLayer
 
 MODES = ("t5", "clipped", "alibi")
@@ -147,7 +146,7 @@ class RelativePositionBias(BiasLayer):
         relative = ops.relative_positions(query_positions, key_positions)
         if self.mode == "alibi":
             return ops.alibi_bias(relative, self.num_heads, self.bidirectional)
-        relative = tf.cast(tf.round(relative), tf.int32)
+        relative = xp.cast(xp.round(relative), xp.int32)
         if self.mode == "t5":
             index = ops.t5_relative_position_bucket(
                 relative, self.bidirectional, self.num_buckets, self.max_distance
@@ -156,8 +155,8 @@ class RelativePositionBias(BiasLayer):
             index = ops.clipped_relative_index(
                 relative, self.max_distance, self.bidirectional
             )
-        table = tf.transpose(tf.cast(self.table, tf.float32))  # (N, K)
-        if index.shape.rank == 2:
-            return tf.gather(table, index, axis=1)  # (N, T, S), no transpose
-        bias = tf.gather(table, index, axis=1)  # (N, B, T, S)
-        return tf.transpose(bias, [1, 0, 2, 3])  # (B, N, T, S)
+        table = xp.transpose(xp.cast(self.table, xp.float32))  # (N, K)
+        if rank(index) == 2:
+            return xp.gather(table, index, axis=1)  # (N, T, S), no transpose
+        bias = xp.gather(table, index, axis=1)  # (N, B, T, S)
+        return xp.transpose(bias, [1, 0, 2, 3])  # (B, N, T, S)

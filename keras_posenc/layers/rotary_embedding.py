@@ -1,10 +1,10 @@
 """Rotary position embedding: RoPE, its context-extension scalings, xPos, N-D."""
 
 import numpy as np
-import tensorflow as tf
 
 from keras_posenc import _checks, ops
-from keras_posenc._compat import add_float32_weight, keras, register
+from keras_posenc._backend import xp
+from keras_posenc._compat import add_float32_weight, keras, rank, register
 from keras_posenc.layers import _rope_checks
 from keras_posenc.layers._positions import resolve_positions, to_coordinates
 from keras_posenc.ops import rotary
@@ -171,7 +171,7 @@ class RotaryEmbedding(keras.layers.Layer):
     def call(self, inputs, start_index=0, positions=None, side=None):
         positions = self.resolve(inputs, start_index, positions)
         cos, sin = self.cos_sin(positions, side)  # (..., T, [N,] r/2)
-        if inputs.shape.rank == 4 and not self.learned_frequencies:
+        if rank(inputs) == 4 and not self.learned_frequencies:
             cos, sin = cos[..., None, :], sin[..., None, :]  # a heads axis
         return ops.rotary.rotate(inputs, cos, sin, self.interleaved)
 
@@ -215,14 +215,14 @@ class RotaryEmbedding(keras.layers.Layer):
         if self.xpos_scale_base is not None and side not in SIDES:
             _checks.fail("side", f"one of {SIDES} with xPos", side)
         if self.learned_frequencies:
-            angles = tf.tensordot(positions, self.frequencies, [[-1], [1]])
+            angles = xp.tensordot(positions, self.frequencies, [[-1], [1]])
         else:
             if length is None and rotary.ROPE_TYPES[self.rope_type].length_dependent:
-                length = tf.reduce_max(positions) + 1.0  # the current length L
+                length = xp.reduce_max(positions) + 1.0  # the current length L
             matrix = self.frequency_matrix(length)  # (C, r/2)
-            angles = tf.reduce_sum(positions[..., None] * matrix, axis=-2)
+            angles = xp.reduce_sum(positions[..., None] * matrix, axis=-2)
         factor = self.attention_factor
-        cos, sin = tf.cos(angles) * factor, tf.sin(angles) * factor
+        cos, sin = xp.cos(angles) * factor, xp.sin(angles) * factor
         if self.xpos_scale_base is not None:
             self._check_xpos_range(positions)
             scale = rotary.xpos_scale(
@@ -241,7 +241,7 @@ class RotaryEmbedding(keras.layers.Layer):
 
     def _check_xpos_range(self, positions):
         """Positions known before running must stay below `max_position`."""
-        value = tf.get_static_value(positions)
+        value = xp.get_static_value(positions)
         if value is not None and value.size and value.max() >= self.max_position:
             raise ValueError(
                 f"`positions` must stay below max_position={self.max_position} "

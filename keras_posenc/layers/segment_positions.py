@@ -1,9 +1,8 @@
 """Positions that restart at 0 in each document of a packed row."""
 
-import tensorflow as tf
-
 from keras_posenc import _checks, ops
-from keras_posenc._compat import keras, register
+from keras_posenc._backend import xp
+from keras_posenc._compat import keras, rank, register
 
 
 @register
@@ -41,7 +40,7 @@ class SegmentPositions(keras.layers.Layer):
         super().__init__(**kwargs)
 
     def call(self, segment_ids):
-        segment_ids = tf.convert_to_tensor(segment_ids)
+        segment_ids = xp.convert_to_tensor(segment_ids)
         check_segment_ids(segment_ids)
         return ops.segments.positions(segment_ids)
 
@@ -61,5 +60,5 @@ def check_segment_ids(segment_ids):
             f"dtype {segment_ids.dtype.name}",
             error=TypeError,
         )
-    if segment_ids.shape.rank != 2:
+    if rank(segment_ids) != 2:
         _checks.fail("segment_ids", "of shape (B, T)", f"shape {segment_ids.shape}")

@@ -1,8 +1,7 @@
 """Fixed sinusoidal position encoding (Vaswani et al.)."""
 
-import tensorflow as tf
-
 from keras_posenc import _checks, ops
+from keras_posenc._backend import xp
 from keras_posenc._compat import keras, register
 from keras_posenc.layers._positions import resolve_positions
 from keras_posenc.ops import quantization
@@ -60,10 +59,10 @@ class SinusoidalPositionEncoding(keras.layers.Layer):
         width = _checks.known_width(inputs.shape)
         pos = resolve_positions(inputs, start_index, positions)
         encoding = ops.sinusoid(pos, width, self.max_wavelength)  # (T, D)/(B, T, D)
-        encoding = tf.broadcast_to(encoding, tf.shape(inputs))  # (B, T, D)
+        encoding = xp.broadcast_to(encoding, xp.shape(inputs))  # (B, T, D)
         if self.quantize:  # a constant of sines and cosines: int8 on [-1, 1]
             encoding = quantization.fake_quant(encoding, -1.0, 1.0)
-        return tf.cast(encoding, self.compute_dtype)
+        return xp.cast(encoding, self.compute_dtype)
 
     def compute_output_shape(self, input_shape):
         return tuple(input_shape)

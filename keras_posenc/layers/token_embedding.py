@@ -1,8 +1,7 @@
 """Token embedding that exports to a plain GATHER (microcontroller friendly)."""
 
-import tensorflow as tf
-
 from keras_posenc import _checks
+from keras_posenc._backend import xp
 from keras_posenc._compat import keras, not_equal, register
 from keras_posenc.ops import quantization
 
@@ -76,8 +75,8 @@ class TokenEmbedding(keras.layers.Layer):
         table = self.embeddings
         if self.quantize:  # the int8 table, rows gathered as they are
             table = quantization.fake_quant_weight(table)
-        ids = tf.cast(inputs, tf.int32)
-        return tf.cast(tf.gather(table, ids), self.compute_dtype)
+        ids = xp.cast(inputs, xp.int32)
+        return xp.cast(xp.gather(table, ids), self.compute_dtype)
 
     def compute_output_shape(self, input_shape):
         return tuple(input_shape) + (self.output_dim,)

@@ -1,7 +1,8 @@
 """The rotation of RoPE: `x * cos + swap(x) * sin` over feature pairs."""
 
 import numpy as np
-import tensorflow as tf
+
+from keras_posenc._backend import xp
 
 
 def rotate(x, cos, sin, interleaved=False):
@@ -19,18 +20,18 @@ def rotate(x, cos, sin, interleaved=False):
     return rotate_widened(x, cos, sin, interleaved)
 
 
-def rotation_tables(cos, sin, interleaved=False, dtype=tf.float32):
+def rotation_tables(cos, sin, interleaved=False, dtype=xp.float32):
     """`(cos', sin')` `(..., r)` from cos and sin `(..., r/2)`.
 
     Each value sits at both features of its pair; sin' carries the sign of
     the rotation (the first feature of a pair gets -sin).
     """
     half = cos.shape[-1]
-    cos, sin = tf.cast(cos, dtype), tf.cast(sin, dtype)
+    cos, sin = xp.cast(cos, dtype), xp.cast(sin, dtype)
     sign = np.tile([-1.0, 1.0], [half, 1]).T  # (2, r/2): first of a pair gets -sin
     if interleaved:
         sign = sign.T
-    sign = tf.constant(sign.reshape(2 * half), dtype)
+    sign = xp.constant(sign.reshape(2 * half), dtype)
     return _widen(cos, interleaved), _widen(sin, interleaved) * sign
 
 
@@ -41,28 +42,28 @@ def rotate_widened(x, cos, sin, interleaved=False, rounding=None):
     `"sin"`) and their sum (`"rotated"`) as an int8 model does
     (quantization-aware training).
     """
-    x = tf.convert_to_tensor(x)
+    x = xp.convert_to_tensor(x)
     width = cos.shape[-1]
     half = width // 2
     round_ = rounding or (lambda name, tensor: tensor)
     rotary = x if x.shape[-1] == width else x[..., :width]
-    cos, sin = tf.cast(cos, x.dtype), tf.cast(sin, x.dtype)
+    cos, sin = xp.cast(cos, x.dtype), xp.cast(sin, x.dtype)
     swapped = _swap_pairs(rotary, half, interleaved)
     rotated = round_(
         "rotated", round_("cos", rotary * cos) + round_("sin", swapped * sin)
     )
     if x.shape[-1] == width:
         return rotated
-    return tf.concat([rotated, x[..., width:]], axis=-1)
+    return xp.concat([rotated, x[..., width:]], axis=-1)
 
 
 def _widen(angles, interleaved):
     """`(..., r/2)` -> `(..., r)` with each value at both features of its pair."""
     if not interleaved:
-        return tf.concat([angles, angles], axis=-1)
-    pairs = tf.stack([angles, angles], axis=-1)  # (..., r/2, 2)
+        return xp.concat([angles, angles], axis=-1)
+    pairs = xp.stack([angles, angles], axis=-1)  # (..., r/2, 2)
     width = 2 * angles.shape[-1]  # static: the rotation reads it
-    return tf.reshape(pairs, tf.concat([tf.shape(angles)[:-1], [width]], 0))
+    return xp.reshape(pairs, xp.concat([xp.shape(angles)[:-1], [width]], 0))
 
 
 def _swap_pairs(x, half, interleaved):
@@ -70,12 +71,12 @@ def _swap_pairs(x, half, interleaved):
     static = x.shape.is_fully_defined()
     if not interleaved:
         if static:
-            return tf.roll(x, half, axis=-1)
-        return tf.concat([x[..., half:], x[..., :half]], axis=-1)
-    shape = tf.shape(x)
-    pairs = tf.reshape(x, tf.concat([shape[:-1], [half, 2]], 0))
+            return xp.roll(x, half, axis=-1)
+        return xp.concat([x[..., half:], x[..., :half]], axis=-1)
+    shape = xp.shape(x)
+    pairs = xp.reshape(x, xp.concat([shape[:-1], [half, 2]], 0))
     if static:
-        swapped = tf.roll(pairs, 1, axis=-1)
+        swapped = xp.roll(pairs, 1, axis=-1)
     else:
-        swapped = tf.stack([pairs[..., 1], pairs[..., 0]], axis=-1)
-    return tf.reshape(swapped, shape)
+        swapped = xp.stack([pairs[..., 1], pairs[..., 0]], axis=-1)
+    return xp.reshape(swapped, shape)

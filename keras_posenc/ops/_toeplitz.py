@@ -2,6 +2,7 @@
 
 import tensorflow as tf
 
+from keras_posenc._backend import xp
 from keras_posenc.ops._gradient import registered_gradient
 
 #: Elements per head of the largest block of rows whose diagonals the
@@ -27,10 +28,10 @@ def toeplitz(row, query_length, key_length):
     per head, so its copies stay small next to the `(N, T, S)` gradient.
     """
     t, s = query_length, key_length
-    index = tf.range(s)[None, :] - tf.range(t)[:, None] + (t - 1)  # (T, S)
+    index = xp.range(s)[None, :] - xp.range(t)[:, None] + (t - 1)  # (T, S)
 
     def forward(row):
-        return tf.transpose(tf.gather(tf.transpose(row), index), [2, 0, 1])
+        return xp.transpose(xp.gather(xp.transpose(row), index), [2, 0, 1])
 
     return _expand(forward, row)
 
@@ -41,20 +42,20 @@ def _expand(upstream):
     static lengths, on blocks of at most `TOEPLITZ_BLOCK` elements per head."""
     t, s = upstream.shape[1], upstream.shape[2]
     if t is None or s is None:
-        shape = tf.shape(upstream)
+        shape = xp.shape(upstream)
         return [_diagonal_sums(upstream, shape[1], shape[2])]
     rows = max(1, min(t, TOEPLITZ_BLOCK // s))
     blocks = []
     for start in range(0, t, rows):  # block distances -(c-1)-start ..
         c = min(rows, t - start)
         sums = _diagonal_sums(upstream[:, start : start + c], c, s)
-        blocks.append(tf.pad(sums, [[0, 0], [t - c - start, start]]))
-    return [tf.add_n(blocks)]
+        blocks.append(xp.pad(sums, [[0, 0], [t - c - start, start]]))
+    return [xp.add_n(blocks)]
 
 
 def _diagonal_sums(upstream, t, s):
     """`(N, T, S)` -> `(N, T + S - 1)`: the sum of each diagonal `j - i`."""
-    heads = tf.shape(upstream)[0]
-    skewed = tf.pad(tf.reverse(upstream, [1]), [[0, 0], [0, 0], [0, t]])
-    skewed = tf.reshape(skewed, [heads, -1])[:, : t * (s + t - 1)]
-    return tf.reduce_sum(tf.reshape(skewed, [heads, t, s + t - 1]), axis=1)
+    heads = xp.shape(upstream)[0]
+    skewed = xp.pad(xp.reverse(upstream, [1]), [[0, 0], [0, 0], [0, t]])
+    skewed = xp.reshape(skewed, [heads, -1])[:, : t * (s + t - 1)]
+    return xp.reduce_sum(xp.reshape(skewed, [heads, t, s + t - 1]), axis=1)

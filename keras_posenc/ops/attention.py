@@ -10,7 +10,8 @@ import contextvars
 import numpy as np
 import tensorflow as tf
 
-from keras_posenc._compat import dim
+from keras_posenc._backend import xp
+from keras_posenc._compat import dim, rank
 
 #: In float, masked logits become FLOAT_MASK_VALUE: the float32 softmax gives
 #: them exactly zero weight, as in Keras' MultiHeadAttention.
@@ -53,8 +54,8 @@ def masked_logit(logits):
     """
     if not _BOUNDED.get():
         return FLOAT_MASK_VALUE
-    lowest = tf.reduce_min(logits, axis=-1, keepdims=True) - MASK_GAP
-    return tf.minimum(lowest, -MASK_PENALTY)
+    lowest = xp.reduce_min(logits, axis=-1, keepdims=True) - MASK_GAP
+    return xp.minimum(lowest, -MASK_PENALTY)
 
 
 def causal_mask(query_length, key_length):
@@ -63,9 +64,9 @@ def causal_mask(query_length, key_length):
     With static lengths it is a constant (it folds away in TFLite).
     """
     if isinstance(query_length, int) and isinstance(key_length, int):
-        return tf.constant(np.tril(np.ones((query_length, key_length), dtype=bool)))
-    rows = tf.range(query_length)[:, None]
-    cols = tf.range(key_length)[None, :]
+        return xp.constant(np.tril(np.ones((query_length, key_length), dtype=bool)))
+    rows = xp.range(query_length)[:, None]
+    cols = xp.range(key_length)[None, :]
     return cols <= rows
 
 
@@ -76,12 +77,12 @@ def band_mask(length, window, causal=False):
     (and only keys `j <= i` when causal). Dense attention with this mask
     equals block-local attention (`keras_posenc.ops.blocks`).
     """
-    index = tf.range(length)
+    index = xp.range(length)
     block = index // window
     distance = block[None, :] - block[:, None]  # (T, T)
-    mask = tf.abs(distance) <= 1
+    mask = xp.abs(distance) <= 1
     if causal:
-        mask = tf.logical_and(mask, index[None, :] <= index[:, None])
+        mask = xp.logical_and(mask, index[None, :] <= index[:, None])
     return mask
 
 
@@ -113,14 +114,14 @@ def combine_masks(
         parts.append((causal_mask(query_length, key_length), lambda m: m[None]))
     for part, expand in parts:
         if part is not None:
-            part = expand(tf.cast(part, tf.bool))
-            mask = part if mask is None else tf.logical_and(mask, part)
+            part = expand(xp.cast(part, xp.bool))
+            mask = part if mask is None else xp.logical_and(mask, part)
     return mask
 
 
 def swap_heads(x):
     """Swaps axes 1 and 2 of a 4-D tensor: `(B, N, T, H) <-> (B, T, N, H)`."""
-    return tf.transpose(x, [0, 2, 1, 3])
+    return xp.transpose(x, [0, 2, 1, 3])
 
 
 def head_logits(q, k):
@@ -138,8 +139,8 @@ def head_logits(q, k):
     `docs/measurements.md`, attention rows).
     """
     if in_xla():
-        return tf.matmul(swap_heads(q), tf.transpose(k, [0, 2, 3, 1]))
-    return tf.matmul(swap_heads(q), swap_heads(k), transpose_b=True)
+        return xp.matmul(swap_heads(q), xp.transpose(k, [0, 2, 3, 1]))
+    return xp.matmul(swap_heads(q), swap_heads(k), transpose_b=True)
 
 
 def head_context(weights, v):
@@ -151,8 +152,8 @@ def head_context(weights, v):
     faster forward+backward than this form's transposes and matmul there).
     """
     if in_xla():
-        return tf.einsum("bnts,bsnh->btnh", weights, v)
-    return swap_heads(tf.matmul(weights, swap_heads(v)))
+        return xp.einsum("bnts,bsnh->btnh", weights, v)
+    return swap_heads(xp.matmul(weights, swap_heads(v)))
 
 
 def cached_logits(q, keys, step=False):
@@ -171,20 +172,20 @@ def cached_logits(q, keys, step=False):
 
 def heads_first_logits(q, keys, step=False):
     """`cached_logits` of heads-first queries `(B, N, T, H)`: `(B, N, T, S)`."""
-    shape = tf.shape(q)
+    shape = xp.shape(q)
     batch, heads, length, size = shape[0], q.shape[1], dim(q, 2), q.shape[3]
-    kv_heads, slots = keys.shape[1], tf.shape(keys)[2]
+    kv_heads, slots = keys.shape[1], xp.shape(keys)[2]
     groups = heads // kv_heads
     if groups > 1:
-        q = tf.reshape(q, [batch, kv_heads, groups * length, size])
+        q = xp.reshape(q, [batch, kv_heads, groups * length, size])
     if step and groups == 1:
-        products = tf.cast(q, tf.float32) * tf.cast(keys, tf.float32)  # (B,N,S,H)
-        logits = tf.cast(tf.reduce_sum(products, -1, keepdims=True), q.dtype)
-        logits = tf.transpose(logits, [0, 1, 3, 2])  # (B, N, 1, S)
+        products = xp.cast(q, xp.float32) * xp.cast(keys, xp.float32)  # (B,N,S,H)
+        logits = xp.cast(xp.reduce_sum(products, -1, keepdims=True), q.dtype)
+        logits = xp.transpose(logits, [0, 1, 3, 2])  # (B, N, 1, S)
     else:
-        logits = tf.matmul(q, keys, transpose_b=True)  # (B, N_kv, G*T, S)
+        logits = xp.matmul(q, keys, transpose_b=True)  # (B, N_kv, G*T, S)
     if groups > 1:
-        logits = tf.reshape(logits, [batch, heads, length, slots])
+        logits = xp.reshape(logits, [batch, heads, length, slots])
     return logits
 
 
@@ -194,20 +195,20 @@ def cached_context(weights, values, step=False):
     `cached_logits`' layout: the weights of a group fold into one matmul's
     rows; `step` (one query in a plain graph) a product and a sum over `S`.
     """
-    shape = tf.shape(weights)
+    shape = xp.shape(weights)
     batch, heads, length = shape[0], weights.shape[1], dim(weights, 2)
     kv_heads, size = values.shape[1], values.shape[3]
     groups = heads // kv_heads
     if groups > 1:
-        weights = tf.reshape(weights, [batch, kv_heads, groups * length, -1])
+        weights = xp.reshape(weights, [batch, kv_heads, groups * length, -1])
     if step and groups == 1:
-        w = tf.transpose(weights, [0, 1, 3, 2])  # (B, N, S, 1)
-        products = tf.cast(w, tf.float32) * tf.cast(values, tf.float32)
-        context = tf.cast(tf.reduce_sum(products, 2, keepdims=True), values.dtype)
+        w = xp.transpose(weights, [0, 1, 3, 2])  # (B, N, S, 1)
+        products = xp.cast(w, xp.float32) * xp.cast(values, xp.float32)
+        context = xp.cast(xp.reduce_sum(products, 2, keepdims=True), values.dtype)
     else:
-        context = tf.matmul(weights, values)  # (B, N_kv, G*T, Hv)
+        context = xp.matmul(weights, values)  # (B, N_kv, G*T, Hv)
     if groups > 1:
-        context = tf.reshape(context, [batch, heads, length, size])
+        context = xp.reshape(context, [batch, heads, length, size])
     return swap_heads(context)
 
 
@@ -231,17 +232,17 @@ def in_xla():
 
 def split_heads(x, num_heads):
     """`(B, L, N*H)` -> `(B, N, L, H)`, with static shapes when known."""
-    x = tf.reshape(x, [-1, dim(x, 1), num_heads, x.shape[-1] // num_heads])
-    return tf.transpose(x, [0, 2, 1, 3])
+    x = xp.reshape(x, [-1, dim(x, 1), num_heads, x.shape[-1] // num_heads])
+    return xp.transpose(x, [0, 2, 1, 3])
 
 
 def merge_heads(x):
     """`(B, N, L, H)` -> `(B, L, N*H)`."""
-    x = tf.transpose(x, [0, 2, 1, 3])
-    return tf.reshape(x, [-1, dim(x, 1), x.shape[2] * x.shape[3]])
+    x = xp.transpose(x, [0, 2, 1, 3])
+    return xp.reshape(x, [-1, dim(x, 1), x.shape[2] * x.shape[3]])
 
 
 def heads_first(bias):
     """`(..., T, S, N)` -> `(..., N, T, S)`."""
-    rank = bias.shape.rank
-    return tf.transpose(bias, list(range(rank - 3)) + [rank - 1, rank - 3, rank - 2])
+    ndim = rank(bias)
+    return xp.transpose(bias, list(range(ndim - 3)) + [ndim - 1, ndim - 3, ndim - 2])

@@ -7,16 +7,15 @@ band of 3W keys. Heads and blocks share one axis so every tensor stays rank
 Dense attention under `keras_posenc.ops.band_mask` gives the same result.
 """
 
-import tensorflow as tf
-
+from keras_posenc._backend import xp
 from keras_posenc._compat import dim
 
 
 def block_positions(length, window):
     """int32 positions of each block's queries `(nb, W)` and band keys `(nb, 3W)`."""
     blocks = -(-length // window)  # ceil
-    query_pos = tf.reshape(tf.range(blocks * window), [blocks, window])
-    key_pos = tf.concat([query_pos - window, query_pos, query_pos + window], 1)
+    query_pos = xp.reshape(xp.range(blocks * window), [blocks, window])
+    key_pos = xp.concat([query_pos - window, query_pos, query_pos + window], 1)
     return query_pos, key_pos
 
 
@@ -30,22 +29,22 @@ def to_band(x, window):
     """Keys or values `(B, N, T, H)` -> their band `(B, N*nb, 3W, H)`."""
     blocks = -(-dim(x, 2) // window)
     padded = blocks * window
-    zeros = tf.zeros_like(x[:, :, :window])  # (B, N, W, H) when T >= W
+    zeros = xp.zeros_like(x[:, :, :window])  # (B, N, W, H) when T >= W
     if x.shape[2] is None or x.shape[2] < window:  # T may be shorter than W
-        shape = tf.concat([tf.shape(x)[:2], [window], tf.shape(x)[3:]], 0)
-        zeros = tf.zeros(shape, x.dtype)
-    framed = tf.concat([zeros, _pad_to(x, padded), zeros], axis=2)  # Tp + 2W
+        shape = xp.concat([xp.shape(x)[:2], [window], xp.shape(x)[3:]], 0)
+        zeros = xp.zeros(shape, x.dtype)
+    framed = xp.concat([zeros, _pad_to(x, padded), zeros], axis=2)  # Tp + 2W
     views = [
         _fold(framed[:, :, start : start + padded], blocks, window)
         for start in (0, window, 2 * window)
     ]
-    return tf.concat(views, axis=2)
+    return xp.concat(views, axis=2)
 
 
 def fold_bias(bias):
     """A per-block bias `(nb, N, W, 3W)` -> `(1, N*nb, W, 3W)`."""
-    bias = tf.transpose(bias, [1, 0, 2, 3])  # (N, nb, W, 3W)
-    return tf.reshape(bias, [1, -1, bias.shape[2], bias.shape[3]])
+    bias = xp.transpose(bias, [1, 0, 2, 3])  # (N, nb, W, 3W)
+    return xp.reshape(bias, [1, -1, bias.shape[2], bias.shape[3]])
 
 
 def band_allowed(
@@ -71,33 +70,33 @@ def band_allowed(
     """
     blocks, window = query_pos.shape[0], query_pos.shape[1]
     if blocks is None:
-        blocks = tf.shape(query_pos)[0]
-    allowed = tf.logical_and(key_pos >= 0, key_pos < length)[:, None, :]
+        blocks = xp.shape(query_pos)[0]
+    allowed = xp.logical_and(key_pos >= 0, key_pos < length)[:, None, :]
     if causal:
-        allowed = tf.logical_and(allowed, key_pos[:, None, :] <= query_pos[:, :, None])
-    allowed = tf.broadcast_to(allowed, [blocks, window, 3 * window])[None, None]
+        allowed = xp.logical_and(allowed, key_pos[:, None, :] <= query_pos[:, :, None])
+    allowed = xp.broadcast_to(allowed, [blocks, window, 3 * window])[None, None]
     padded = blocks * window
     if key_mask is not None:
-        keys = band_of_rows(tf.cast(key_mask, tf.bool), window, False)  # (B, nb, 3W)
-        allowed = tf.logical_and(allowed, keys[:, None, :, None, :])
+        keys = band_of_rows(xp.cast(key_mask, xp.bool), window, False)  # (B, nb, 3W)
+        allowed = xp.logical_and(allowed, keys[:, None, :, None, :])
     if query_mask is not None:
-        rows = tf.reshape(_pad_mask(query_mask, padded), [-1, blocks, window])
-        allowed = tf.logical_and(allowed, rows[:, None, :, :, None])
+        rows = xp.reshape(_pad_mask(query_mask, padded), [-1, blocks, window])
+        allowed = xp.logical_and(allowed, rows[:, None, :, :, None])
     if runs is not None:
         query_runs = rows_of_blocks(runs, window, -1)  # (B, nb, W)
         key_runs = band_of_rows(runs, window, -1)  # (B, nb, 3W)
-        same = tf.equal(query_runs[:, :, :, None], key_runs[:, :, None, :])
-        allowed = tf.logical_and(allowed, same[:, None])  # (B, 1, nb, W, 3W)
-    allowed = tf.broadcast_to(
-        allowed, [tf.shape(allowed)[0], num_heads, blocks, window, 3 * window]
+        same = xp.equal(query_runs[:, :, :, None], key_runs[:, :, None, :])
+        allowed = xp.logical_and(allowed, same[:, None])  # (B, 1, nb, W, 3W)
+    allowed = xp.broadcast_to(
+        allowed, [xp.shape(allowed)[0], num_heads, blocks, window, 3 * window]
     )
-    return tf.reshape(allowed, [-1, num_heads * blocks, window, 3 * window])
+    return xp.reshape(allowed, [-1, num_heads * blocks, window, 3 * window])
 
 
 def from_blocks(context, num_heads, length):
     """`(B, N*nb, W, Hv)` -> `(B, N, T, Hv)`."""
     blocks = dim(context, 1) // num_heads
-    context = tf.reshape(
+    context = xp.reshape(
         context, [-1, num_heads, blocks * context.shape[2], context.shape[-1]]
     )
     return context[:, :, :length]
@@ -105,7 +104,7 @@ def from_blocks(context, num_heads, length):
 
 def _fold(x, blocks, window):
     """`(B, N, Tp, H)` -> `(B, N*nb, W, H)`."""
-    return tf.reshape(x, [-1, x.shape[1] * blocks, window, x.shape[-1]])
+    return xp.reshape(x, [-1, x.shape[1] * blocks, window, x.shape[-1]])
 
 
 def _pad_to(x, padded):
@@ -113,8 +112,8 @@ def _pad_to(x, padded):
     extra = padded - dim(x, 2)
     if isinstance(extra, int) and extra == 0:
         return x
-    shape = tf.concat([tf.shape(x)[:2], [extra], tf.shape(x)[3:]], 0)
-    return tf.concat([x, tf.zeros(shape, x.dtype)], axis=2)
+    shape = xp.concat([xp.shape(x)[:2], [extra], xp.shape(x)[3:]], 0)
+    return xp.concat([x, xp.zeros(shape, x.dtype)], axis=2)
 
 
 def band_of_rows(values, window, fill):
@@ -125,27 +124,27 @@ def band_of_rows(values, window, fill):
     blocks = -(-dim(values, 1) // window)
     padded = blocks * window
     values = _pad_values(values, padded, fill)
-    edge = tf.fill([tf.shape(values)[0], window], tf.cast(fill, values.dtype))
-    framed = tf.concat([edge, values, edge], axis=1)
+    edge = xp.fill([xp.shape(values)[0], window], xp.cast(fill, values.dtype))
+    framed = xp.concat([edge, values, edge], axis=1)
     views = [
-        tf.reshape(framed[:, start : start + padded], [-1, blocks, window])
+        xp.reshape(framed[:, start : start + padded], [-1, blocks, window])
         for start in (0, window, 2 * window)
     ]
-    return tf.concat(views, axis=2)
+    return xp.concat(views, axis=2)
 
 
 def rows_of_blocks(values, window, fill):
     """Per-token values `(B, T)` -> each block's queries' values `(B, nb, W)`."""
     blocks = -(-dim(values, 1) // window)
-    return tf.reshape(_pad_values(values, blocks * window, fill), [-1, blocks, window])
+    return xp.reshape(_pad_values(values, blocks * window, fill), [-1, blocks, window])
 
 
 def _pad_values(values, padded, fill):
     """Pads axis 1 of `(B, T)` to `padded` with `fill`."""
     extra = padded - dim(values, 1)
-    tail = tf.fill([tf.shape(values)[0], extra], tf.cast(fill, values.dtype))
-    return tf.concat([values, tail], 1)
+    tail = xp.fill([xp.shape(values)[0], extra], xp.cast(fill, values.dtype))
+    return xp.concat([values, tail], 1)
 
 
 def _pad_mask(mask, padded):
-    return _pad_values(tf.cast(mask, tf.bool), padded, False)
+    return _pad_values(xp.cast(mask, xp.bool), padded, False)

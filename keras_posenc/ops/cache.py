@@ -16,7 +16,8 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.compiler.tf2xla.python.xla import dynamic_update_slice
 
-from keras_posenc._compat import dim
+from keras_posenc._backend import xp
+from keras_posenc._compat import dim, rank
 from keras_posenc.ops.attention import in_xla
 
 _STATIC = contextvars.ContextVar("keras_posenc_static_decoding", default=False)
@@ -102,7 +103,7 @@ def read_reach(index, length, max_length):
         if bound is None or (isinstance(max_length, int) and bound >= max_length):
             return None
         return bound
-    return tf.cast(index, tf.int32) + length
+    return xp.cast(index, xp.int32) + length
 
 
 def position_rows(encode, index, length, max_length):
@@ -114,13 +115,13 @@ def position_rows(encode, index, length, max_length):
     """
     if not _STATIC.get():
         return encode(index, length)
-    rows = tf.range(length) + tf.cast(index, tf.int32)
-    return tf.gather(encode(0, max_length), rows, axis=-2)
+    rows = xp.range(length) + xp.cast(index, xp.int32)
+    return xp.gather(encode(0, max_length), rows, axis=-2)
 
 
 def _stub(slots):
     """A `(1, slots, 1)` stand-in of the keys: bias producers read its length."""
-    return tf.zeros(tf.stack([1, slots, 1]) if tf.is_tensor(slots) else [1, slots, 1])
+    return xp.zeros(xp.stack([1, slots, 1]) if xp.is_tensor(slots) else [1, slots, 1])
 
 
 def cached_bias(position_bias, query, slots, index):
@@ -135,20 +136,20 @@ def cached_bias(position_bias, query, slots, index):
     """
     if not _STATIC.get():
         bias = position_bias(query, _stub(slots), start_index=index)
-        return tf.cast(bias, tf.float32)
-    rows = tf.range(tf.shape(query)[1]) + tf.cast(index, tf.int32)  # (T,)
+        return xp.cast(bias, xp.float32)
+    rows = xp.range(xp.shape(query)[1]) + xp.cast(index, xp.int32)  # (T,)
     if getattr(position_bias, "translation_invariant", False):
         # One query at S_max - 1 against 2 S_max - 1 keys: distances
         # -(S_max - 1) .. S_max - 1, no runtime input (a constant).
         table = position_bias(_stub(1), _stub(2 * slots - 1), start_index=slots - 1)
-        table = tf.cast(table[:, :, 0], tf.float32)  # (1, N, 2S-1)
-        after = tf.range(2 * slots - 1) > slots - 1  # keys after the query
-        table = tf.where(after, tf.zeros_like(table), table)
-        columns = tf.range(slots)[None, :] - rows[:, None] + (slots - 1)  # (T, S)
-        return tf.gather(table, columns, axis=2)
+        table = xp.cast(table[:, :, 0], xp.float32)  # (1, N, 2S-1)
+        after = xp.range(2 * slots - 1) > slots - 1  # keys after the query
+        table = xp.where(after, xp.zeros_like(table), table)
+        columns = xp.range(slots)[None, :] - rows[:, None] + (slots - 1)  # (T, S)
+        return xp.gather(table, columns, axis=2)
     grid = position_bias(_stub(slots), _stub(slots))  # (1, N, S, S), a constant
-    grid = tf.cast(grid, tf.float32) * _lower_triangle(slots)  # keys j <= i
-    return tf.gather(grid, rows, axis=2)
+    grid = xp.cast(grid, xp.float32) * _lower_triangle(slots)  # keys j <= i
+    return xp.gather(grid, rows, axis=2)
 
 
 def _lower_triangle(slots):
@@ -159,8 +160,8 @@ def _lower_triangle(slots):
     ops in an int8 step, which TFLM cannot run).
     """
     if isinstance(slots, int):
-        return tf.constant(np.tril(np.ones((slots, slots), np.float32)))
-    return tf.linalg.band_part(tf.ones((slots, slots), tf.float32), -1, 0)
+        return xp.constant(np.tril(np.ones((slots, slots), np.float32)))
+    return xp.linalg.band_part(xp.ones((slots, slots), xp.float32), -1, 0)
 
 
 def rolling_bias(position_bias, query, slots, query_positions, key_positions):
@@ -175,18 +176,18 @@ def rolling_bias(position_bias, query, slots, query_positions, key_positions):
         bias = position_bias(
             query,
             _stub(slots),
-            positions=tf.cast(query_positions, tf.float32),
-            key_positions=tf.cast(key_positions, tf.float32),
+            positions=xp.cast(query_positions, xp.float32),
+            key_positions=xp.cast(key_positions, xp.float32),
         )
-        return tf.cast(bias, tf.float32)
+        return xp.cast(bias, xp.float32)
     rows, columns = query_positions, key_positions  # int32 (T,), (S,)
     if getattr(position_bias, "translation_invariant", False):
         table = position_bias(_stub(1), _stub(2 * slots - 1), start_index=slots - 1)
         table = table[:, :, 0]  # (1, N, 2S-1)
         distances = columns[None, :] - rows[:, None] + (slots - 1)  # (T, S)
-        return tf.gather(tf.cast(table, tf.float32), distances, axis=2)
-    grid = tf.cast(position_bias(_stub(slots), _stub(slots)), tf.float32)
-    return tf.gather(tf.gather(grid, rows, axis=2), columns, axis=3)
+        return xp.gather(xp.cast(table, xp.float32), distances, axis=2)
+    grid = xp.cast(position_bias(_stub(slots), _stub(slots)), xp.float32)
+    return xp.gather(xp.gather(grid, rows, axis=2), columns, axis=3)
 
 
 def update_cache(cache, key, value, index, rounding=None, reach=None):
@@ -204,11 +205,11 @@ def update_cache(cache, key, value, index, rounding=None, reach=None):
         `(keys, values, cache)`: the cached keys and values `(B, N_kv, S_max
         or reach, H)` and the updated pair.
     """
-    index = tf.cast(index, tf.int32)
+    index = xp.cast(index, xp.int32)
     rounding = rounding or (lambda x: x, lambda x: x)
     updated = []
     for buffer, new, rounded in zip(cache, (key, value), rounding):
-        new = tf.transpose(rounded(tf.cast(new, buffer.dtype)), [0, 2, 1, 3])
+        new = xp.transpose(rounded(xp.cast(new, buffer.dtype)), [0, 2, 1, 3])
         updated.append(rounded(update_slice(rounded(buffer), new, index, axis=2)))
     if reach is not None:  # a slice of each: no copy of the slots past it
         return updated[0][:, :, :reach], updated[1][:, :, :reach], tuple(updated)
@@ -217,17 +218,17 @@ def update_cache(cache, key, value, index, rounding=None, reach=None):
 
 def from_stacked(cache):
     """keras-hub's `(B, 2, S, N, H)` cache as the pair `(B, N, S, H)` each."""
-    return tuple(tf.transpose(cache[:, i], [0, 2, 1, 3]) for i in (0, 1))
+    return tuple(xp.transpose(cache[:, i], [0, 2, 1, 3]) for i in (0, 1))
 
 
 def to_stacked(pair):
     """The pair `(B, N, S, H)` each as keras-hub's `(B, 2, S, N, H)` cache."""
-    return tf.stack([tf.transpose(c, [0, 2, 1, 3]) for c in pair], axis=1)
+    return xp.stack([xp.transpose(c, [0, 2, 1, 3]) for c in pair], axis=1)
 
 
 def write_rows(buffer, rows, index):
     """`buffer (B, S_max, ...)` with `rows (B, T, ...)` written at position `index`."""
-    return update_slice(buffer, tf.cast(rows, buffer.dtype), index, axis=1)
+    return update_slice(buffer, xp.cast(rows, buffer.dtype), index, axis=1)
 
 
 def update_slice(operand, update, index, axis):
@@ -240,17 +241,17 @@ def update_slice(operand, update, index, axis):
     the decoding step's matmuls; inside `in_place_writes()`, a write into
     `operand`'s own buffer (the scatter copies all of `operand`).
     """
-    index = tf.cast(index, tf.int32)
+    index = xp.cast(index, xp.int32)
     if _STATIC.get() or in_xla():
-        start = [0] * axis + [index] + [0] * (operand.shape.rank - axis - 1)
+        start = [0] * axis + [index] + [0] * (rank(operand) - axis - 1)
         return dynamic_update_slice(operand, update, start)
     if _IN_PLACE.get():
         return _write_in_place(operand, update, index, axis)
-    shape = tf.shape(update)
-    ranges = [tf.range(shape[i]) for i in range(axis + 1)]
+    shape = xp.shape(update)
+    ranges = [xp.range(shape[i]) for i in range(axis + 1)]
     ranges[axis] += index
-    where = tf.stack(tf.meshgrid(*ranges, indexing="ij"), axis=-1)  # (..., axis+1)
-    return tf.tensor_scatter_nd_update(operand, where, update)
+    where = xp.stack(xp.meshgrid(*ranges, indexing="ij"), axis=-1)  # (..., axis+1)
+    return xp.tensor_scatter_nd_update(operand, where, update)
 
 
 def _write_in_place(operand, update, index, axis):
@@ -260,17 +261,17 @@ def _write_in_place(operand, update, index, axis):
     shares the buffer); TensorFlow's InplaceUpdate writes the `outer * T`
     rows of `update` into it and returns the same buffer.
     """
-    shape = tf.shape(operand)
-    count = tf.shape(update)[axis]
-    inner = tf.reduce_prod(shape[axis + 1 :])
-    outer = tf.range(tf.reduce_prod(shape[:axis]))[:, None] * shape[axis]
-    rows = tf.reshape(outer + index + tf.range(count)[None, :], [-1])
+    shape = xp.shape(operand)
+    count = xp.shape(update)[axis]
+    inner = xp.reduce_prod(shape[axis + 1 :])
+    outer = xp.range(xp.reduce_prod(shape[:axis]))[:, None] * shape[axis]
+    rows = xp.reshape(outer + index + xp.range(count)[None, :], [-1])
     written = tf.raw_ops.InplaceUpdate(
-        x=tf.reshape(operand, [-1, inner]),
+        x=xp.reshape(operand, [-1, inner]),
         i=rows,
-        v=tf.reshape(tf.cast(update, operand.dtype), [-1, inner]),
+        v=xp.reshape(xp.cast(update, operand.dtype), [-1, inner]),
     )
-    return tf.ensure_shape(tf.reshape(written, shape), operand.shape)
+    return xp.ensure_shape(xp.reshape(written, shape), operand.shape)
 
 
 def causal_window(state, inputs, index, kernel_size, rounding=None):
@@ -284,14 +285,14 @@ def causal_window(state, inputs, index, kernel_size, rounding=None):
     """
     rounded = rounding or (lambda x: x)
     state = rounded(write_rows(rounded(state), rounded(inputs), index))
-    first = tf.cast(index, tf.int32) - (kernel_size - 1)
-    where = tf.range(tf.shape(inputs)[1] + kernel_size - 1) + first
-    window = tf.gather(state, tf.maximum(where, 0), axis=1)
+    first = xp.cast(index, xp.int32) - (kernel_size - 1)
+    where = xp.range(xp.shape(inputs)[1] + kernel_size - 1) + first
+    window = xp.gather(state, xp.maximum(where, 0), axis=1)
     seen = (where >= 0)[None, :, None]
     if rounding is not None:  # a select keeps the state's int8 range
-        return tf.where(seen, window, tf.zeros((), window.dtype)), state
+        return xp.where(seen, window, xp.zeros((), window.dtype)), state
     # A product by 0 or 1: calibrated int8 exports quantize it (not a select).
-    return window * tf.cast(seen, window.dtype), state
+    return window * xp.cast(seen, window.dtype), state
 
 
 def cache_mask(index, query_length, max_length, window=None):
@@ -300,15 +301,15 @@ def cache_mask(index, query_length, max_length, window=None):
     Causal over the cache (slots after the query are empty or in its future);
     with `window`, also only the keys of block-local attention's band.
     """
-    query = tf.range(query_length) + tf.cast(index, tf.int32)  # (T,)
-    keys = tf.range(max_length)  # (S_max,)
+    query = xp.range(query_length) + xp.cast(index, xp.int32)  # (T,)
+    keys = xp.range(max_length)  # (S_max,)
     mask = keys[None, :] <= query[:, None]
     if window is not None:  # a key's block is at most the query's (causal)
         # Positions are >= 0, so a truncating division is the floor: TFLM has
         # int32 DIV, not FLOOR_DIV (nor an int32 ABS).
-        blocks = [tf.truncatediv(p, window) for p in (keys, query)]
+        blocks = [xp.truncatediv(p, window) for p in (keys, query)]
         near = blocks[1][:, None] - blocks[0][None, :] <= 1
-        mask = tf.logical_and(mask, near)
+        mask = xp.logical_and(mask, near)
     return mask
 
 
@@ -331,22 +332,22 @@ def rolling_positions(index, length, sink_tokens, slots):
         of every slot (all int32: an export gathers table rows at them), and
         True where a query sees a slot.
     """
-    index = tf.cast(index, tf.int32)
+    index = xp.cast(index, xp.int32)
     window = slots - sink_tokens
     # Integer ops a microcontroller runs (no SELECT, FLOOR_MOD or FLOOR_DIV
     # on int32 in TFLM): min/max, and a remainder of non-negative numbers.
-    past = tf.maximum(index, sink_tokens) - sink_tokens
-    slot = tf.minimum(index, sink_tokens + _remainder(past, window))
-    newest = tf.minimum(index + length - 1, slots - 1)  # the last query's place
+    past = xp.maximum(index, sink_tokens) - sink_tokens
+    slot = xp.minimum(index, sink_tokens + _remainder(past, window))
+    newest = xp.minimum(index + length - 1, slots - 1)  # the last query's place
     # A window slot's age: how many tokens after its own the newest one came.
-    ring = tf.range(sink_tokens, slots)
+    ring = xp.range(sink_tokens, slots)
     age = _remainder(slot + length - 1 - ring + window, window)
-    key_positions = tf.concat(
-        [tf.range(sink_tokens), tf.maximum(newest - age, 0)], axis=0
+    key_positions = xp.concat(
+        [xp.range(sink_tokens), xp.maximum(newest - age, 0)], axis=0
     )  # (S,): unwritten slots (masked) clamp to 0
-    fresh = tf.range(length) + index  # the text's positions of the new tokens
-    query_positions = tf.minimum(fresh, slots - 1)
-    mask = tf.range(slots)[None, :] <= fresh[:, None]  # written slots, causal
+    fresh = xp.range(length) + index  # the text's positions of the new tokens
+    query_positions = xp.minimum(fresh, slots - 1)
+    mask = xp.range(slots)[None, :] <= fresh[:, None]  # written slots, causal
     return slot, query_positions, key_positions, mask
 
 
@@ -359,18 +360,18 @@ def pick_rolling_logits(logits, slot, sink_tokens):
     first, a window slot `j <= c` the second and `j > c` (written a lap
     earlier) the third. Integer min/max and one GATHER (what TFLM runs).
     """
-    shape = tf.shape(logits)
+    shape = xp.shape(logits)
     length, slots = dim(logits, 2) // 3, logits.shape[-1]
     t, j = np.indices((length, slots), dtype=np.int32)  # (T, S) each
     # The flat index of row (choice * T + t), column j, where choice is
     # window * (1 + later): `later` (j > c) adds one block of T rows.
     step = (j >= sink_tokens).astype(np.int32) * length * slots
-    later = tf.minimum(tf.maximum((j - t) - tf.cast(slot, tf.int32), 0), 1)
+    later = xp.minimum(xp.maximum((j - t) - xp.cast(slot, xp.int32), 0), 1)
     rows = (t * slots + j + step) + step * later  # (T, S) int32
-    flat = tf.reshape(logits, [shape[0], shape[1], 3 * length * slots])
-    return tf.gather(flat, rows, axis=2)  # (B, N, T, S)
+    flat = xp.reshape(logits, [shape[0], shape[1], 3 * length * slots])
+    return xp.gather(flat, rows, axis=2)  # (B, N, T, S)
 
 
 def _remainder(x, divisor):
     """`x mod divisor` for int32 `x >= 0` and a positive Python int `divisor`."""
-    return x - divisor * tf.truncatediv(x, divisor)
+    return x - divisor * xp.truncatediv(x, divisor)

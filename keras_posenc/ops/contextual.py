@@ -10,6 +10,8 @@ import functools
 import numpy as np
 import tensorflow as tf
 
+from keras_posenc._backend import xp
+from keras_posenc._compat import rank
 from keras_posenc.ops._gradient import registered_gradient
 
 # Keys per block of `running_sum`: a (16, 16) triangle keeps the product's
@@ -37,23 +39,23 @@ def contextual_positions(
     one table of `2 (P + 1)` rows holds both sides and an interpolation never
     crosses from one side to the other.
     """
-    gates = tf.sigmoid(tf.cast(logits, tf.float32))
+    gates = xp.sigmoid(xp.cast(logits, xp.float32))
     if mask is not None:
-        gates *= tf.cast(mask, tf.float32)
+        gates *= xp.cast(mask, xp.float32)
     if not bidirectional:
         positions = running_sum(gates, reverse=True)
-        return tf.minimum(positions, float(max_position))
-    queries, keys = tf.shape(gates)[-2], tf.shape(gates)[-1]
+        return xp.minimum(positions, float(max_position))
+    queries, keys = xp.shape(gates)[-2], xp.shape(gates)[-1]
     if query_offset is None:
         query_offset = keys - queries
-    query_keys = tf.range(queries) + query_offset  # (T,): each query's key
-    after = tf.cast(tf.range(keys)[None, :] > query_keys[:, None], tf.float32)
-    from_query = tf.cast(tf.range(keys)[None, :] >= query_keys[:, None], tf.float32)
+    query_keys = xp.range(queries) + query_offset  # (T,): each query's key
+    after = xp.cast(xp.range(keys)[None, :] > query_keys[:, None], xp.float32)
+    from_query = xp.cast(xp.range(keys)[None, :] >= query_keys[:, None], xp.float32)
     before = running_sum(gates * (1.0 - after), reverse=True)  # 0 after the query
     beyond = running_sum(gates * from_query) * after  # 0 at or before it
     limit = float(max_position)
     # One clamp for both sides (their counts never overlap), then the offset.
-    return tf.minimum(before + beyond, limit) + (limit + 1.0) * after
+    return xp.minimum(before + beyond, limit) + (limit + 1.0) * after
 
 
 def interpolated_logits(queries, embeddings, positions, fused=False):
@@ -67,20 +69,20 @@ def interpolated_logits(queries, embeddings, positions, fused=False):
             training path; 92 -> 14 ms forward at B=16, T=S=512:
             `docs/measurements.md`); exports trace the plain ops.
     """
-    q = tf.cast(queries, tf.float32)
-    per_position = tf.einsum("btnh,hp->bntp", q, tf.cast(embeddings, tf.float32))
+    q = xp.cast(queries, xp.float32)
+    per_position = xp.einsum("btnh,hp->bntp", q, xp.cast(embeddings, xp.float32))
     interpolate = _compiled_interpolation if fused else _interpolate
     return interpolate(per_position, positions)
 
 
 def _interpolate(per_position, positions):
     """`per_position` `(B, N, T, P)` read at fractional `positions` `(B, N, T, S)`."""
-    low = tf.floor(positions)
+    low = xp.floor(positions)
     weight = positions - low  # (B, N, T, S) in [0, 1)
-    batch_dims = positions.shape.rank - 1
-    below = tf.gather(per_position, tf.cast(low, tf.int32), batch_dims=batch_dims)
-    high = tf.cast(tf.math.ceil(positions), tf.int32)
-    above = tf.gather(per_position, high, batch_dims=batch_dims)
+    batch_dims = rank(positions) - 1
+    below = xp.gather(per_position, xp.cast(low, xp.int32), batch_dims=batch_dims)
+    high = xp.cast(xp.math.ceil(positions), xp.int32)
+    above = xp.gather(per_position, high, batch_dims=batch_dims)
     return below * (1.0 - weight) + above * weight
 
 
@@ -102,7 +104,7 @@ def running_sum(x, reverse=False):
     """
     size = x.shape[-1]
     if size is None or size < 2 * SCAN_BLOCK:
-        return tf.cumsum(x, axis=-1, reverse=reverse)
+        return xp.cumsum(x, axis=-1, reverse=reverse)
     blocked = functools.partial(_blocked_sum, reverse=reverse)
     return (_reverse_sum if reverse else _forward_sum)(blocked, x)
 
@@ -114,16 +116,16 @@ def _blocked_sum(x, reverse):
     pad = blocks * SCAN_BLOCK - size
     if pad:  # on the side the sums start from: zeros add nothing
         side = [pad, 0] if reverse else [0, pad]
-        x = tf.pad(x, [[0, 0]] * (x.shape.rank - 1) + [side])
-    padded_shape = tf.shape(x)
+        x = xp.pad(x, [[0, 0]] * (rank(x) - 1) + [side])
+    padded_shape = xp.shape(x)
     lead = padded_shape[:-1]
-    x = tf.reshape(x, tf.concat([lead, [blocks, SCAN_BLOCK]], 0))
+    x = xp.reshape(x, xp.concat([lead, [blocks, SCAN_BLOCK]], 0))
     ones = np.tril(np.ones((SCAN_BLOCK, SCAN_BLOCK), np.float32))  # [t, j]: t >= j
-    triangle = tf.constant(ones if reverse else ones.T, dtype=x.dtype)
-    within = tf.einsum("...bt,tj->...bj", x, triangle)
+    triangle = xp.constant(ones if reverse else ones.T, dtype=x.dtype)
+    within = xp.einsum("...bt,tj->...bj", x, triangle)
     totals = within[..., 0] if reverse else within[..., -1]  # (..., blocks)
     earlier = running_sum(totals, reverse=reverse) - totals  # exclusive
-    sums = tf.reshape(within + earlier[..., None], padded_shape)
+    sums = xp.reshape(within + earlier[..., None], padded_shape)
     if pad:
         return sums[..., pad:] if reverse else sums[..., :size]
     return sums

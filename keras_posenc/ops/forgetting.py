@@ -10,6 +10,7 @@ import functools
 
 import tensorflow as tf
 
+from keras_posenc._backend import xp
 from keras_posenc.ops._gradient import registered_gradient
 from keras_posenc.ops.blocks import block_positions, to_band, to_blocks
 from keras_posenc.ops.cache import rolling_positions, write_rows
@@ -40,30 +41,30 @@ def decay_bias(log_forward, log_backward=None, floor=None, fused=False):
     TensorFlow's reductions (compiled too it was no faster), and exports
     trace without it: a converter gets the plain ops.
     """
-    c = tf.transpose(tf.cumsum(log_forward, axis=1), [0, 2, 1])  # (B, N, T): c_t
+    c = xp.transpose(xp.cumsum(log_forward, axis=1), [0, 2, 1])  # (B, N, T): c_t
     if log_backward is None:
         e = None
     else:  # exclusive running sum: e_t = sum_{l < t} log b_l
-        e = tf.transpose(tf.cumsum(log_backward, axis=1, exclusive=True), [0, 2, 1])
+        e = xp.transpose(xp.cumsum(log_backward, axis=1, exclusive=True), [0, 2, 1])
     return _pair_bias(c, e, floor, fused)
 
 
 def _lower(length):
     """`(T, T)` boolean: `j <= i`."""
-    rows = tf.range(length)
+    rows = xp.range(length)
     return rows[None, :] <= rows[:, None]
 
 
 def _pairs(c, e, floor):
     """`_pair_bias`'s values, without its gradient."""
     before = c[:, :, :, None] - c[:, :, None, :]  # (B, N, T, T): c_i - c_j
-    at_or_before = _lower(tf.shape(c)[-1])
+    at_or_before = _lower(xp.shape(c)[-1])
     if e is None:
-        bias = tf.where(at_or_before, before, tf.zeros_like(before))
+        bias = xp.where(at_or_before, before, xp.zeros_like(before))
     else:
         after = e[:, :, None, :] - e[:, :, :, None]  # e_j - e_i
-        bias = tf.where(at_or_before, before, after)
-    return bias if floor is None else tf.maximum(bias, floor)
+        bias = xp.where(at_or_before, before, after)
+    return bias if floor is None else xp.maximum(bias, floor)
 
 
 @functools.cache
@@ -113,33 +114,33 @@ def _triangle_sums(upstream):
     block = PAIR_BLOCK
     length = upstream.shape[-1]
     if length is None or length % block:
-        length = tf.shape(upstream)[-1]
+        length = xp.shape(upstream)[-1]
         pad = -length % block
-        upstream = tf.pad(upstream, [[0, 0], [0, 0], [0, pad], [0, pad]])
-    padded = tf.shape(upstream)[-1]
+        upstream = xp.pad(upstream, [[0, 0], [0, 0], [0, pad], [0, pad]])
+    padded = xp.shape(upstream)[-1]
     blocks = padded // block
-    grid = tf.reshape(upstream, [-1, blocks, block, blocks, block])  # M, I, i, J, j
-    block_rows = tf.reduce_sum(grid, axis=-1)  # (M, I, i, J): row sums per block
-    block_columns = tf.reduce_sum(grid, axis=2)  # (M, I, J, j): column sums
-    index = tf.range(blocks)
-    diagonal = tf.gather(  # (M, I, i, j): the blocks (I, I)
+    grid = xp.reshape(upstream, [-1, blocks, block, blocks, block])  # M, I, i, J, j
+    block_rows = xp.reduce_sum(grid, axis=-1)  # (M, I, i, J): row sums per block
+    block_columns = xp.reduce_sum(grid, axis=2)  # (M, I, J, j): column sums
+    index = xp.range(blocks)
+    diagonal = xp.gather(  # (M, I, i, j): the blocks (I, I)
         grid,
-        tf.broadcast_to(index, [tf.shape(grid)[0], blocks]),
+        xp.broadcast_to(index, [xp.shape(grid)[0], blocks]),
         axis=3,
         batch_dims=2,
     )
-    diagonal = tf.linalg.band_part(diagonal, -1, 0)
-    earlier = tf.cast(index[None, :] < index[:, None], upstream.dtype)  # (I, J): J < I
-    lower_rows = tf.einsum("mirj,ij->mir", block_rows, earlier)
-    lower_columns = tf.einsum("mijc,ij->mjc", block_columns, earlier)
+    diagonal = xp.linalg.band_part(diagonal, -1, 0)
+    earlier = xp.cast(index[None, :] < index[:, None], upstream.dtype)  # (I, J): J < I
+    lower_rows = xp.einsum("mirj,ij->mir", block_rows, earlier)
+    lower_columns = xp.einsum("mijc,ij->mjc", block_columns, earlier)
     sums = (
-        lower_rows + tf.reduce_sum(diagonal, axis=-1),
-        lower_columns + tf.reduce_sum(diagonal, axis=-2),
-        tf.reduce_sum(block_rows, axis=-1),
-        tf.reduce_sum(block_columns, axis=1),
+        lower_rows + xp.reduce_sum(diagonal, axis=-1),
+        lower_columns + xp.reduce_sum(diagonal, axis=-2),
+        xp.reduce_sum(block_rows, axis=-1),
+        xp.reduce_sum(block_columns, axis=1),
     )
-    shape = tf.shape(upstream)[:-1]
-    return [tf.reshape(part, shape)[..., :length] for part in sums]
+    shape = xp.shape(upstream)[:-1]
+    return [xp.reshape(part, shape)[..., :length] for part in sums]
 
 
 def _pairs_gradient(upstream, two_sided):
@@ -167,26 +168,26 @@ def decay_band(log_forward, log_backward, window):
     the `(T, T)` matrix; slots outside the sequence hold values the band's
     mask removes.
     """
-    length = tf.shape(log_forward)[1]
+    length = xp.shape(log_forward)[1]
     query_pos, key_pos = block_positions(length, window)  # (nb, W), (nb, 3W)
     at_or_before = key_pos[:, None, :] <= query_pos[:, :, None]  # (nb, W, 3W)
     heads = log_forward.shape[-1]
 
     def blocked(values):  # (B, T, N) -> queries (B, N*nb, W, 1), keys (.., 3W, 1)
-        values = tf.transpose(values, [0, 2, 1])[:, :, :, None]  # (B, N, T, 1)
+        values = xp.transpose(values, [0, 2, 1])[:, :, :, None]  # (B, N, T, 1)
         return to_blocks(values, window), to_band(values, window)
 
-    c_q, c_k = blocked(tf.cumsum(log_forward, axis=1))
-    before = c_q - tf.transpose(c_k, [0, 1, 3, 2])  # (B, N*nb, W, 3W): c_i - c_j
+    c_q, c_k = blocked(xp.cumsum(log_forward, axis=1))
+    before = c_q - xp.transpose(c_k, [0, 1, 3, 2])  # (B, N*nb, W, 3W): c_i - c_j
     if log_backward is None:
-        after = tf.zeros_like(before)
+        after = xp.zeros_like(before)
     else:
-        e_q, e_k = blocked(tf.cumsum(log_backward, axis=1, exclusive=True))
-        after = tf.transpose(e_k, [0, 1, 3, 2]) - e_q  # e_j - e_i
+        e_q, e_k = blocked(xp.cumsum(log_backward, axis=1, exclusive=True))
+        after = xp.transpose(e_k, [0, 1, 3, 2]) - e_q  # e_j - e_i
     # (N*nb, W, 3W): a rank below the bias's keeps TFLite's SELECT_V2 (TFLM
     # has no SELECT, which equal shapes would convert to).
-    side = tf.tile(at_or_before, [heads, 1, 1])
-    return tf.where(side, before, after)
+    side = xp.tile(at_or_before, [heads, 1, 1])
+    return xp.where(side, before, after)
 
 
 def step_sums(log_forward, sums, index):
@@ -196,10 +197,10 @@ def step_sums(log_forward, sums, index):
     new tokens continue from `c_{index-1}` (0 at the start) and are written
     at `index`.
     """
-    index = tf.cast(index, tf.int32)
-    previous = tf.gather(sums, tf.maximum(index - 1, 0), axis=1)  # (B, N)
-    previous *= tf.cast(index > 0, previous.dtype)
-    running = previous[:, None, :] + tf.cumsum(log_forward, axis=1)  # (B, T, N)
+    index = xp.cast(index, xp.int32)
+    previous = xp.gather(sums, xp.maximum(index - 1, 0), axis=1)  # (B, N)
+    previous *= xp.cast(index > 0, previous.dtype)
+    running = previous[:, None, :] + xp.cumsum(log_forward, axis=1)  # (B, T, N)
     return running, write_rows(sums, running, index)
 
 
@@ -209,8 +210,8 @@ def step_bias(running, sums):
     Slots after a query (not yet written, or later new tokens) hold no
     meaningful value: the caller masks them.
     """
-    c_i = tf.transpose(running, [0, 2, 1])[:, :, :, None]  # (B, N, T, 1)
-    c_j = tf.transpose(sums, [0, 2, 1])[:, :, None, :]  # (B, N, 1, S_max)
+    c_i = xp.transpose(running, [0, 2, 1])[:, :, :, None]  # (B, N, T, 1)
+    c_j = xp.transpose(sums, [0, 2, 1])[:, :, None, :]  # (B, N, 1, S_max)
     return c_i - c_j
 
 
@@ -228,14 +229,14 @@ def rolling_bias(log_forward, gates, index, sink_tokens):
     """
     slots = gates.shape[1]
     slot, q_pos, k_pos, mask = rolling_positions(
-        index, tf.shape(log_forward)[1], sink_tokens, slots
+        index, xp.shape(log_forward)[1], sink_tokens, slots
     )
     gates = write_rows(gates, log_forward, slot)
     written = mask[-1]  # (S,): the slots holding a token (the last query sees all)
     placed = k_pos[None, :] <= k_pos[:, None]  # (S, S): slot l at or before slot s
-    placed = tf.cast(tf.logical_and(placed, written[None, :]), gates.dtype)
+    placed = xp.cast(xp.logical_and(placed, written[None, :]), gates.dtype)
     seen = k_pos[None, :] <= q_pos[:, None]  # (T, S): slot l at or before query t
-    seen = tf.cast(tf.logical_and(seen, written[None, :]), gates.dtype)
-    c_keys = tf.einsum("bln,sl->bns", gates, placed)  # (B, N, S)
-    c_queries = tf.einsum("bln,tl->bnt", gates, seen)  # (B, N, T)
+    seen = xp.cast(xp.logical_and(seen, written[None, :]), gates.dtype)
+    c_keys = xp.einsum("bln,sl->bns", gates, placed)  # (B, N, S)
+    c_queries = xp.einsum("bln,tl->bnt", gates, seen)  # (B, N, T)
     return c_queries[:, :, :, None] - c_keys[:, :, None, :], gates

@@ -4,7 +4,8 @@ Pure float32 functions of relative positions and of the (already positive)
 parameters; the layers `KerpleBias` and `FireBias` own the weights.
 """
 
-import tensorflow as tf
+from keras_posenc._backend import xp
+from keras_posenc._compat import rank
 
 #: KERPLE's kernels, by name: `-r1 log(1 + r2 d)` and `-r1 d^r2`.
 KERPLE_KERNELS = ("log", "power")
@@ -22,19 +23,19 @@ def kerple_bias(relative_position, r1, r2, kernel="log"):
         raise ValueError(
             f"`kernel` must be one of {KERPLE_KERNELS}. Received: kernel={kernel!r}"
         )
-    relative = tf.cast(relative_position, tf.float32)[..., None, :, :]  # (..., 1, T, S)
-    distance = tf.abs(relative)
-    r1 = tf.cast(r1, tf.float32)
-    r2 = tf.cast(r2, tf.float32)
-    if r1.shape.rank == 2:  # per direction: pick the row of each pair's side
+    relative = xp.cast(relative_position, xp.float32)[..., None, :, :]  # (..., 1, T, S)
+    distance = xp.abs(relative)
+    r1 = xp.cast(r1, xp.float32)
+    r2 = xp.cast(r2, xp.float32)
+    if rank(r1) == 2:  # per direction: pick the row of each pair's side
         after = relative > 0
-        r1 = tf.where(after, r1[1][:, None, None], r1[0][:, None, None])
-        r2 = tf.where(after, r2[1][:, None, None], r2[0][:, None, None])
+        r1 = xp.where(after, r1[1][:, None, None], r1[0][:, None, None])
+        r2 = xp.where(after, r2[1][:, None, None], r2[0][:, None, None])
     else:
         r1, r2 = r1[:, None, None], r2[:, None, None]
     if kernel == "log":
-        return -r1 * tf.math.log1p(r2 * distance)
-    return -r1 * tf.pow(distance, r2)
+        return -r1 * xp.math.log1p(r2 * distance)
+    return -r1 * xp.pow(distance, r2)
 
 
 def fire_distances(query_positions, key_positions, c, threshold, bidirectional):
@@ -47,15 +48,15 @@ def fire_distances(query_positions, key_positions, c, threshold, bidirectional):
     is kept (keys after the query get negative values); causal, only keys at
     or before the query matter and `|i - j|` is used, as in the paper.
     """
-    q = tf.cast(query_positions, tf.float32)
-    k = tf.cast(key_positions, tf.float32)
-    c = tf.cast(c, tf.float32)
+    q = xp.cast(query_positions, xp.float32)
+    k = xp.cast(key_positions, xp.float32)
+    c = xp.cast(c, xp.float32)
     relative = q[..., :, None] - k[..., None, :]  # (..., T, S): i - j
-    psi = tf.math.log1p(tf.abs(c * relative))
+    psi = xp.math.log1p(xp.abs(c * relative))
     if bidirectional:
-        psi *= tf.sign(relative)
-    normalizer = tf.maximum(q, tf.cast(threshold, tf.float32))  # (..., T)
-    normalizer = tf.math.log1p(tf.abs(c * normalizer))[..., :, None]  # (..., T, 1)
+        psi *= xp.sign(relative)
+    normalizer = xp.maximum(q, xp.cast(threshold, xp.float32))  # (..., T)
+    normalizer = xp.math.log1p(xp.abs(c * normalizer))[..., :, None]  # (..., T, 1)
     return psi / (normalizer + 1e-6)
 
 
@@ -72,25 +73,25 @@ def data_adaptive_term(logits, bias, weights, num_heads, negative_slope=0.01):
     Returns the float32 term `(B, M, T, S)`.
     """
     logit_kernel, bias_kernel, hidden_bias, output_kernel, output_bias = (
-        tf.cast(w, tf.float32) for w in weights
+        xp.cast(w, xp.float32) for w in weights
     )
-    logits = tf.cast(logits, tf.float32)
-    shape = tf.shape(logits)
-    if bias.shape[1:].as_list() != logits.shape[1:].as_list():
-        bias = tf.broadcast_to(bias, tf.concat([tf.shape(bias)[:1], shape[1:]], 0))
+    logits = xp.cast(logits, xp.float32)
+    shape = xp.shape(logits)
+    if list(bias.shape[1:]) != list(logits.shape[1:]):
+        bias = xp.broadcast_to(bias, xp.concat([xp.shape(bias)[:1], shape[1:]], 0))
     hidden = _pairs_through(logits, logit_kernel, num_heads)  # (B, P, W)
-    hidden += _pairs_through(tf.cast(bias, tf.float32), bias_kernel, num_heads)
-    hidden = tf.nn.leaky_relu(hidden + hidden_bias, alpha=negative_slope)
+    hidden += _pairs_through(xp.cast(bias, xp.float32), bias_kernel, num_heads)
+    hidden = xp.nn.leaky_relu(hidden + hidden_bias, alpha=negative_slope)
     width = hidden.shape[-1]
-    rows = tf.reshape(hidden, [-1, width])  # (B * P, W)
-    term = tf.matmul(rows, output_kernel) + output_bias  # (B * P, N)
-    term = tf.reshape(term, [shape[0], -1, num_heads])  # (B, P, N)
-    return tf.reshape(tf.transpose(term, [0, 2, 1]), shape)  # (B, M, T, S)
+    rows = xp.reshape(hidden, [-1, width])  # (B * P, W)
+    term = xp.matmul(rows, output_kernel) + output_bias  # (B * P, N)
+    term = xp.reshape(term, [shape[0], -1, num_heads])  # (B, P, N)
+    return xp.reshape(xp.transpose(term, [0, 2, 1]), shape)  # (B, M, T, S)
 
 
 def _pairs_through(x, kernel, num_heads):
     """Heads-first `(b, M, T, S)` through `kernel (N, W)` on the heads: `(b, P, W)`."""
-    batch = tf.shape(x)[0]
-    pairs = tf.transpose(tf.reshape(x, [batch, num_heads, -1]), [0, 2, 1])  # (b, P, N)
-    out = tf.matmul(tf.reshape(pairs, [-1, num_heads]), kernel)  # (b * P, W)
-    return tf.reshape(out, [batch, -1, kernel.shape[-1]])
+    batch = xp.shape(x)[0]
+    pairs = xp.transpose(xp.reshape(x, [batch, num_heads, -1]), [0, 2, 1])  # (b, P, N)
+    out = xp.matmul(xp.reshape(pairs, [-1, num_heads]), kernel)  # (b * P, W)
+    return xp.reshape(out, [batch, -1, kernel.shape[-1]])

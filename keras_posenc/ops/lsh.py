@@ -16,9 +16,11 @@ its real tokens (`bucket_count` of their number), so padding never changes
 a real token's bucket, chunk or output.
 """
 
+import numpy as np
 import tensorflow as tf
 
-from keras_posenc._compat import dim
+from keras_posenc._backend import IS_TENSORFLOW, xp
+from keras_posenc._compat import dim, rank
 from keras_posenc.ops.attention import FLOAT_MASK_VALUE
 
 #: The logit of a query against itself (Reformer's self mask): above a
@@ -34,8 +36,8 @@ def bucket_count(length, bucket_size):
     """
     chunks = -(-length // bucket_size)
     return (
-        tf.maximum(chunks + chunks % 2, 2)
-        if tf.is_tensor(chunks)
+        xp.maximum(chunks + chunks % 2, 2)
+        if xp.is_tensor(chunks)
         else max(chunks + chunks % 2, 2)
     )
 
@@ -49,13 +51,15 @@ def random_rotations(num_hashes, head_dim, buckets, seed):
     same row unpadded does (`hash_buckets`' `row_buckets`).
     """
     shape = [buckets // 2, num_hashes, head_dim]
-    if tf.is_tensor(buckets):
-        shape = tf.stack(shape)
+    if xp.is_tensor(buckets):
+        shape = xp.stack(shape)
     # Philox by name: the default algorithm differs under XLA.
     drawn = tf.random.stateless_normal(
         shape, seed=tf.constant([seed, 0], tf.int32), alg="philox"
     )
-    return tf.transpose(drawn, [1, 2, 0])
+    if not IS_TENSORFLOW:  # TensorFlow's Philox draws, the same on every backend
+        drawn = xp.constant(drawn.numpy())
+    return xp.transpose(drawn, [1, 2, 0])
 
 
 def hash_buckets(vectors, rotations, row_buckets=None):
@@ -65,19 +69,19 @@ def hash_buckets(vectors, rotations, row_buckets=None):
     at most K) row b hashes into its own `row_buckets[b]`, on the first
     `row_buckets[b] / 2` rotation columns, as it would alone.
     """
-    rotated = tf.einsum("bnth,rhk->bnrtk", tf.cast(vectors, tf.float32), rotations)
+    rotated = xp.einsum("bnth,rhk->bnrtk", xp.cast(vectors, xp.float32), rotations)
     if row_buckets is None:
-        both = tf.concat([rotated, -rotated], axis=-1)  # (B, N, R, T, K)
-        return tf.argmax(both, axis=-1, output_type=tf.int32)
+        both = xp.concat([rotated, -rotated], axis=-1)  # (B, N, R, T, K)
+        return xp.argmax(both, axis=-1, output_type=xp.int32)
     half = dim(rotations, 2)
-    row_half = tf.reshape(tf.cast(row_buckets, tf.int32) // 2, [-1, 1, 1, 1, 1])
-    kept = tf.range(half) < row_half  # (B, 1, 1, 1, K/2)
-    lowest = tf.float32.min
-    both = tf.concat(
-        [tf.where(kept, rotated, lowest), tf.where(kept, -rotated, lowest)], axis=-1
+    row_half = xp.reshape(xp.cast(row_buckets, xp.int32) // 2, [-1, 1, 1, 1, 1])
+    kept = xp.range(half) < row_half  # (B, 1, 1, 1, K/2)
+    lowest = float(np.finfo(np.float32).min)
+    both = xp.concat(
+        [xp.where(kept, rotated, lowest), xp.where(kept, -rotated, lowest)], axis=-1
     )
-    index = tf.argmax(both, axis=-1, output_type=tf.int32)  # (B, N, R, T)
-    return tf.where(index < half, index, index - half + row_half[..., 0])
+    index = xp.argmax(both, axis=-1, output_type=xp.int32)  # (B, N, R, T)
+    return xp.where(index < half, index, index - half + row_half[..., 0])
 
 
 def lsh_attention(
@@ -111,42 +115,42 @@ def lsh_attention(
             bias broadcastable to `(B, N, R, nc, C, 2C)`.
         dropout: None or a function applied to the attention weights.
     """
-    query, key, value = (tf.convert_to_tensor(x) for x in (query, key, value))
+    query, key, value = (xp.convert_to_tensor(x) for x in (query, key, value))
     if key_mask is not None:
-        key_mask = tf.convert_to_tensor(key_mask, tf.bool)
+        key_mask = xp.convert_to_tensor(key_mask, xp.bool)
     if runs is not None:
-        runs = tf.convert_to_tensor(runs, tf.int32)
+        runs = xp.convert_to_tensor(runs, xp.int32)
     length = dim(query, 2)
     chunks = -(-length // bucket_size)
     padded = chunks * bucket_size
-    real = tf.ones_like(query[:, 0, :, 0], tf.bool) if key_mask is None else key_mask
+    real = xp.ones_like(query[:, 0, :, 0], xp.bool) if key_mask is None else key_mask
     real = _pad(real, padded, axis=1, value=False)  # (B, Tp)
     query, key, value = (_pad(x, padded, axis=2) for x in (query, key, value))
-    key = tf.math.l2_normalize(tf.cast(key, tf.float32), axis=-1)
+    key = xp.math.l2_normalize(xp.cast(key, xp.float32), axis=-1)
     order = _hash_order(key, real, (num_hashes, bucket_size, seed), length)
 
     def by_order(x):  # (B, N, Tp, ...) -> sorted (B, N, R, nc, C, ...)
-        gathered = tf.gather(x, order, axis=2, batch_dims=2)  # (B, N, R, Tp, ...)
+        gathered = xp.gather(x, order, axis=2, batch_dims=2)  # (B, N, R, Tp, ...)
         return _chunked(gathered, chunks, bucket_size)
 
     q_index = _chunked(order, chunks, bucket_size)  # (B, N, R, nc, C)
     k_index = _band(q_index)  # -1 before the first chunk
     allowed = _allowed(by_order, (q_index, k_index), real, runs, causal)
-    sorted_query = by_order(tf.cast(query, tf.float32))
-    logits = tf.matmul(sorted_query, _band(by_order(key)), transpose_b=True)
+    sorted_query = by_order(xp.cast(query, xp.float32))
+    logits = xp.matmul(sorted_query, _band(by_order(key)), transpose_b=True)
     if pair_bias is not None:
         last = length - 1
-        clip = [tf.clip_by_value(x, 0, last) for x in (q_index, k_index)]
+        clip = [xp.clip_by_value(x, 0, last) for x in (q_index, k_index)]
         logits += pair_bias(*clip)
     self_pair = k_index[..., None, :] == q_index[..., :, None]
-    logits = tf.where(self_pair, SELF_VALUE, logits)  # (B, N, R, nc, C, 2C)
-    logits = tf.where(allowed, logits, FLOAT_MASK_VALUE)
-    total = tf.reduce_logsumexp(logits, axis=-1, keepdims=True)
-    weights = tf.exp(logits - total)
+    logits = xp.where(self_pair, SELF_VALUE, logits)  # (B, N, R, nc, C, 2C)
+    logits = xp.where(allowed, logits, FLOAT_MASK_VALUE)
+    total = xp.reduce_logsumexp(logits, axis=-1, keepdims=True)
+    weights = xp.exp(logits - total)
     if dropout is not None:
         weights = dropout(weights)
     values = _band(by_order(value))
-    context = tf.matmul(tf.cast(weights, values.dtype), values)
+    context = xp.matmul(xp.cast(weights, values.dtype), values)
     return _combine_rounds(context, total, order, padded)[:, :, :length]
 
 
@@ -159,37 +163,37 @@ def _hash_order(key, real, hashing, length):
     padded = dim(key, 2)
     buckets = bucket_count(length, bucket_size)
     rotations = random_rotations(num_hashes, key.shape[-1], buckets, seed)
-    real_count = tf.reduce_sum(tf.cast(real, tf.int32), axis=1)  # (B,)
+    real_count = xp.reduce_sum(xp.cast(real, xp.int32), axis=1)  # (B,)
     row_buckets = bucket_count(real_count, bucket_size)
     hashed = hash_buckets(key, rotations, row_buckets)  # (B, N, R, Tp)
-    hashed = tf.where(real[:, None, None, :], hashed, buckets)  # masked: last
+    hashed = xp.where(real[:, None, None, :], hashed, buckets)  # masked: last
     # (bucket, position) as one unique int64 key: a total order, no overflow.
-    ticket = tf.cast(hashed, tf.int64) * tf.cast(padded, tf.int64)
-    ticket += tf.range(padded, dtype=tf.int64)
-    return tf.argsort(ticket, axis=-1)
+    ticket = xp.cast(hashed, xp.int64) * xp.cast(padded, xp.int64)
+    ticket += xp.range(padded, dtype=xp.int64)
+    return xp.argsort(ticket, axis=-1)
 
 
 def _band(x):
     """Each chunk with the chunk before it: `(.., nc, C, ..)` -> `(.., nc, 2C, ..)`."""
-    first = tf.fill(tf.shape(x[:, :, :, :1]), _blank(x))
-    before = tf.concat([first, x[:, :, :, :-1]], axis=3)
-    return tf.concat([before, x], axis=4)
+    first = xp.fill(xp.shape(x[:, :, :, :1]), _blank(x))
+    before = xp.concat([first, x[:, :, :, :-1]], axis=3)
+    return xp.concat([before, x], axis=4)
 
 
 def _allowed(by_order, indices, real, runs, causal):
     """Which scored pairs `(B, N, R, nc, C, 2C)` a query may read: real keys
     of its band, earlier ones when `causal`, its own run's in packed rows."""
     q_index, k_index = indices
-    every = tf.shape(q_index)[:2]
-    every = tf.concat([every, tf.shape(real)[1:]], 0)  # (B, N, Tp)
-    allowed = _band(by_order(tf.broadcast_to(real[:, None, :], every)))
+    every = xp.shape(q_index)[:2]
+    every = xp.concat([every, xp.shape(real)[1:]], 0)  # (B, N, Tp)
+    allowed = _band(by_order(xp.broadcast_to(real[:, None, :], every)))
     allowed &= k_index >= 0
     allowed = allowed[..., None, :]  # (B, N, R, nc, 1, 2C)
     if causal:
         allowed &= k_index[..., None, :] <= q_index[..., :, None]
     if runs is not None:
         runs = _pad(runs, dim(real, 1), axis=1, value=-1)[:, None]  # (B, 1, Tp)
-        q_run = by_order(tf.broadcast_to(runs, every))
+        q_run = by_order(xp.broadcast_to(runs, every))
         allowed &= _band(q_run)[..., None, :] == q_run[..., :, None]
     return allowed
 
@@ -197,43 +201,43 @@ def _allowed(by_order, indices, real, runs, causal):
 def _combine_rounds(context, total, order, padded):
     """Each token's context `(B, N, Tp, Hv)`: its rounds' contexts back in
     token order, weighted by each round's share of the softmax mass."""
-    undo = tf.argsort(order, axis=-1)  # the place of each token in the sort
+    undo = xp.argsort(order, axis=-1)  # the place of each token in the sort
     context = _unchunked(context, padded)  # (B, N, R, Tp, Hv)
-    context = tf.gather(context, undo, axis=3, batch_dims=3)
-    total = tf.gather(_unchunked(total, padded)[..., 0], undo, axis=3, batch_dims=3)
-    share = tf.nn.softmax(total, axis=2)[..., None]  # (B, N, R, Tp, 1)
-    return tf.reduce_sum(tf.cast(share, context.dtype) * context, axis=2)
+    context = xp.gather(context, undo, axis=3, batch_dims=3)
+    total = xp.gather(_unchunked(total, padded)[..., 0], undo, axis=3, batch_dims=3)
+    share = xp.nn.softmax(total, axis=2)[..., None]  # (B, N, R, Tp, 1)
+    return xp.reduce_sum(xp.cast(share, context.dtype) * context, axis=2)
 
 
 def _pad(x, padded, axis, value=0):
     """`x` padded with `value` on `axis` to the length `padded`."""
     extra = padded - dim(x, axis)
-    widths = [[0, 0]] * x.shape.rank
+    widths = [[0, 0]] * rank(x)
     widths[axis] = [0, extra]
-    return tf.pad(x, widths, constant_values=value)
+    return xp.pad(x, widths, constant_values=value)
 
 
 def _chunked(x, chunks, size):
     """`(B, N, R, Tp, ...)` -> `(B, N, R, nc, C, ...)`."""
-    shape = tf.concat([tf.shape(x)[:3], [chunks, size], tf.shape(x)[4:]], 0)
-    out = tf.reshape(x, shape)
-    static = x.shape[:3].as_list() + [
+    shape = xp.concat([xp.shape(x)[:3], [chunks, size], xp.shape(x)[4:]], 0)
+    out = xp.reshape(x, shape)
+    static = list(x.shape[:3]) + [
         chunks if isinstance(chunks, int) else None,
         size,
     ]
-    return tf.ensure_shape(out, static + x.shape[4:].as_list())
+    return xp.ensure_shape(out, static + list(x.shape[4:]))
 
 
 def _unchunked(x, padded):
     """`(B, N, R, nc, C, ...)` -> `(B, N, R, Tp, ...)`."""
-    shape = tf.concat([tf.shape(x)[:3], [padded], tf.shape(x)[5:]], 0)
-    return tf.reshape(x, shape)
+    shape = xp.concat([xp.shape(x)[:3], [padded], xp.shape(x)[5:]], 0)
+    return xp.reshape(x, shape)
 
 
 def _blank(x):
     """What stands before the first chunk: index -1, mask False, zeros."""
-    if x.dtype == tf.bool:
+    if x.dtype == xp.bool:
         return False
     if x.dtype.is_integer:
-        return tf.constant(-1, x.dtype)
-    return tf.constant(0, x.dtype)
+        return xp.constant(-1, x.dtype)
+    return xp.constant(0, x.dtype)

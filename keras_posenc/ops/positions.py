@@ -7,12 +7,14 @@ D model width, K buckets/table size.
 import math
 
 import numpy as np
-import tensorflow as tf
+
+from keras_posenc._backend import xp
+from keras_posenc._compat import rank
 
 
 def position_range(length, start_index=0):
     """Float32 positions `start_index, ..., start_index + length - 1`, shape (T,)."""
-    return tf.range(length, dtype=tf.float32) + tf.cast(start_index, tf.float32)
+    return xp.range(length, dtype=xp.float32) + xp.cast(start_index, xp.float32)
 
 
 def sinusoid(positions, width, max_wavelength=10000.0):
@@ -30,15 +32,15 @@ def sinusoid(positions, width, max_wavelength=10000.0):
     Returns:
         A float32 tensor of shape `(..., D)`.
     """
-    positions = tf.cast(positions, tf.float32)
+    positions = xp.cast(positions, xp.float32)
     index = np.arange(width)
     exponent = (2 * (index // 2)).astype(np.float32) / np.float32(width)
-    inverse_timescale = tf.constant(
-        np.power(np.float32(1.0 / max_wavelength), exponent), tf.float32
+    inverse_timescale = xp.constant(
+        np.power(np.float32(1.0 / max_wavelength), exponent), xp.float32
     )
     angles = positions[..., None] * inverse_timescale  # (..., D)
-    is_cos = tf.constant((index % 2).astype(np.float32))
-    return tf.sin(angles) * (1.0 - is_cos) + tf.cos(angles) * is_cos
+    is_cos = xp.constant((index % 2).astype(np.float32))
+    return xp.sin(angles) * (1.0 - is_cos) + xp.cos(angles) * is_cos
 
 
 def relative_positions(query_positions, key_positions):
@@ -60,25 +62,25 @@ def t5_relative_position_bucket(
     Returns:
         An int32 tensor of the same shape with values in `[0, num_buckets)`.
     """
-    relative_position = tf.cast(relative_position, tf.int32)
-    bucket = tf.zeros_like(relative_position)
+    relative_position = xp.cast(relative_position, xp.int32)
+    bucket = xp.zeros_like(relative_position)
     n = -relative_position
     if bidirectional:
         num_buckets //= 2
-        bucket += tf.cast(n < 0, tf.int32) * num_buckets
-        n = tf.abs(n)
+        bucket += xp.cast(n < 0, xp.int32) * num_buckets
+        n = xp.abs(n)
     else:
-        n = tf.maximum(n, 0)
+        n = xp.maximum(n, 0)
     max_exact = num_buckets // 2
     is_small = n < max_exact
     # max(n, 1) only keeps log(0) out of the unused branch of tf.where.
     scaled = (
-        tf.math.log(tf.cast(tf.maximum(n, 1), tf.float32) / max_exact)
+        xp.math.log(xp.cast(xp.maximum(n, 1), xp.float32) / max_exact)
         / math.log(max_distance / max_exact)
         * (num_buckets - max_exact)
     )
-    val_if_large = tf.minimum(max_exact + tf.cast(scaled, tf.int32), num_buckets - 1)
-    return bucket + tf.where(is_small, n, val_if_large)
+    val_if_large = xp.minimum(max_exact + xp.cast(scaled, xp.int32), num_buckets - 1)
+    return bucket + xp.where(is_small, n, val_if_large)
 
 
 def clipped_relative_index(relative_position, max_distance, bidirectional=True):
@@ -88,8 +90,8 @@ def clipped_relative_index(relative_position, max_distance, bidirectional=True):
     `clip(j - i, -M, 0) + M` in `[0, M]`.
     """
     upper = max_distance if bidirectional else 0
-    relative_position = tf.cast(relative_position, tf.int32)
-    return tf.clip_by_value(relative_position, -max_distance, upper) + max_distance
+    relative_position = xp.cast(relative_position, xp.int32)
+    return xp.clip_by_value(relative_position, -max_distance, upper) + max_distance
 
 
 def alibi_slopes(num_heads):
@@ -122,14 +124,14 @@ def alibi_bias(relative_position, num_heads, bidirectional=True):
     query, `2 m_h` after it) and odd heads look right (the mirror image).
     """
     slopes = alibi_slopes(num_heads)
-    distance = tf.cast(relative_position, tf.float32)[..., None, :, :]
+    distance = xp.cast(relative_position, xp.float32)[..., None, :, :]
     if not bidirectional:
-        return -slopes[:, None, None] * tf.abs(distance)
+        return -slopes[:, None, None] * xp.abs(distance)
     looks_left = (np.arange(num_heads) % 2 == 0).astype(np.float32)
     left_slope = slopes * (2.0 - looks_left)  # slope for keys before the query
     right_slope = slopes * (1.0 + looks_left)  # slope for keys after the query
-    before = tf.nn.relu(-distance)
-    after = tf.nn.relu(distance)
+    before = xp.nn.relu(-distance)
+    after = xp.nn.relu(distance)
     return -(left_slope[:, None, None] * before + right_slope[:, None, None] * after)
 
 
@@ -158,30 +160,30 @@ def clipped_table_mean(
         A float32 tensor `(T, D)` (`(B, T, D)` for per-example key counts or
         positions).
     """
-    table = tf.cast(table, tf.float32)
+    table = xp.cast(table, xp.float32)
     rows = table.shape[0]
     m = (rows - 1) // 2
     if positions is None:
-        i = tf.range(query_length) + start_index  # (T,)
+        i = xp.range(query_length) + start_index  # (T,)
     else:
-        i = tf.cast(positions, tf.int32)  # (B, T)
-    keys = tf.convert_to_tensor(key_length)
-    if keys.shape.rank == 1 and positions is None:  # (B, 1) against (T,)
+        i = xp.cast(positions, xp.int32)  # (B, T)
+    keys = xp.convert_to_tensor(key_length)
+    if rank(keys) == 1 and positions is None:  # (B, 1) against (T,)
         keys = keys[:, None]
     first, last = -i, keys - 1 - i  # distance range of each query
-    count = tf.cast(keys, tf.float32)[..., None]
+    count = xp.cast(keys, xp.float32)[..., None]
     if causal:
-        last, count = tf.zeros_like(i), tf.cast(i + 1, tf.float32)[..., None]
-    left = tf.maximum(0, tf.minimum(last, -m - 1) - first + 1)  # count below -M
-    right = tf.maximum(0, last - tf.maximum(first, m + 1) + 1)  # count above M
-    lo = tf.clip_by_value(tf.maximum(first, -m), -m, m + 1) + m
-    hi = tf.maximum(tf.minimum(last, m) + m + 1, lo)
-    lo = tf.broadcast_to(lo, tf.shape(hi))
-    prefix = tf.concat([tf.zeros_like(table[:1]), tf.cumsum(table, axis=0)], 0)
-    middle = tf.gather(prefix, hi) - tf.gather(prefix, lo)  # (T, D) or (B, T, D)
+        last, count = xp.zeros_like(i), xp.cast(i + 1, xp.float32)[..., None]
+    left = xp.maximum(0, xp.minimum(last, -m - 1) - first + 1)  # count below -M
+    right = xp.maximum(0, last - xp.maximum(first, m + 1) + 1)  # count above M
+    lo = xp.clip_by_value(xp.maximum(first, -m), -m, m + 1) + m
+    hi = xp.maximum(xp.minimum(last, m) + m + 1, lo)
+    lo = xp.broadcast_to(lo, xp.shape(hi))
+    prefix = xp.concat([xp.zeros_like(table[:1]), xp.cumsum(table, axis=0)], 0)
+    middle = xp.gather(prefix, hi) - xp.gather(prefix, lo)  # (T, D) or (B, T, D)
     tails = (
-        tf.cast(left, tf.float32)[..., None] * table[0]
-        + tf.cast(right, tf.float32)[..., None] * table[rows - 1]
+        xp.cast(left, xp.float32)[..., None] * table[0]
+        + xp.cast(right, xp.float32)[..., None] * table[rows - 1]
     )
     return (middle + tails) / count
 
@@ -197,15 +199,15 @@ def dense_relative_table(table, query_length, key_length, start_index=0):
     relative = relative_positions(
         position_range(query_length, start_index), position_range(key_length)
     )  # (T, S)
-    index = clipped_relative_index(tf.round(relative), m)
-    return tf.gather(table, index)  # (T, S, D)
+    index = clipped_relative_index(xp.round(relative), m)
+    return xp.gather(table, index)  # (T, S, D)
 
 
 def grid_coordinates(index, grid_shape):
     """Row-major grid coordinates `(..., C)` float32 of flat token indices `(...)`."""
-    index = tf.cast(index, tf.int32)
+    index = xp.cast(index, xp.int32)
     coordinates = []
     for size in reversed(grid_shape):
         coordinates.append(index % size)
         index //= size
-    return tf.cast(tf.stack(coordinates[::-1], axis=-1), tf.float32)
+    return xp.cast(xp.stack(coordinates[::-1], axis=-1), xp.float32)

@@ -10,6 +10,8 @@ and is cast back to the input's dtype.
 
 import tensorflow as tf
 
+from keras_posenc._backend import xp
+
 #: Bits of every quantized tensor (a kernel may take `KERNEL_BITS` instead).
 NUM_BITS = 8
 #: The widths a fully connected kernel may be rounded to: int8, or 4-bit
@@ -38,12 +40,12 @@ def fake_quant(x, minimum, maximum):
     A range narrower than `MIN_WEIGHT_RANGE` (an unseen one is [0, 0]) is
     widened to it: a zero-width range divides by zero under XLA.
     """
-    low = tf.cast(minimum, tf.float32)
-    high = tf.maximum(tf.cast(maximum, tf.float32), low + MIN_WEIGHT_RANGE)
+    low = xp.cast(minimum, xp.float32)
+    high = xp.maximum(xp.cast(maximum, xp.float32), low + MIN_WEIGHT_RANGE)
     rounded = tf.quantization.fake_quant_with_min_max_vars(
-        tf.cast(x, tf.float32), low, high, num_bits=NUM_BITS
+        xp.cast(x, xp.float32), low, high, num_bits=NUM_BITS
     )
-    return tf.cast(rounded, x.dtype)
+    return xp.cast(rounded, x.dtype)
 
 
 def fake_quant_weight(weight, bits=NUM_BITS):
@@ -55,12 +57,12 @@ def fake_quant_weight(weight, bits=NUM_BITS):
     `max |w| / 7` (the converter then writes an int8 kernel of those 15
     values, which `tflite_export.int4` stores as INT4 unchanged).
     """
-    w = tf.cast(weight, tf.float32)
-    limit = tf.maximum(tf.reduce_max(tf.abs(w)), MIN_WEIGHT_RANGE)
+    w = xp.cast(weight, xp.float32)
+    limit = xp.maximum(xp.reduce_max(xp.abs(w)), MIN_WEIGHT_RANGE)
     rounded = tf.quantization.fake_quant_with_min_max_vars(
         w, -limit, limit, num_bits=bits, narrow_range=True
     )
-    return tf.cast(rounded, weight.dtype)
+    return xp.cast(rounded, weight.dtype)
 
 
 def fake_quant_symmetric(x, limit):
@@ -74,18 +76,18 @@ def fake_quant_symmetric(x, limit):
     """
     if isinstance(limit, (int, float)):
         rounded = tf.quantization.fake_quant_with_min_max_args(
-            tf.cast(x, tf.float32),
+            xp.cast(x, xp.float32),
             -float(limit),
             float(limit),
             num_bits=NUM_BITS,
             narrow_range=True,
         )
     else:
-        high = tf.maximum(tf.cast(limit, tf.float32), MIN_WEIGHT_RANGE)
+        high = xp.maximum(xp.cast(limit, xp.float32), MIN_WEIGHT_RANGE)
         rounded = tf.quantization.fake_quant_with_min_max_vars(
-            tf.cast(x, tf.float32), -high, high, num_bits=NUM_BITS, narrow_range=True
+            xp.cast(x, xp.float32), -high, high, num_bits=NUM_BITS, narrow_range=True
         )
-    return tf.cast(rounded, x.dtype)
+    return xp.cast(rounded, x.dtype)
 
 
 def fake_quant_constant(x):
@@ -94,26 +96,26 @@ def fake_quant_constant(x):
     The converter folds such a tensor into a constant; its own minimum and
     maximum (widened to hold 0) become the constant's int8 range.
     """
-    values = tf.cast(x, tf.float32)
-    low = tf.minimum(tf.reduce_min(values), 0.0)
-    high = tf.maximum(tf.reduce_max(values), low + MIN_WEIGHT_RANGE)
+    values = xp.cast(x, xp.float32)
+    low = xp.minimum(xp.reduce_min(values), 0.0)
+    high = xp.maximum(xp.reduce_max(values), low + MIN_WEIGHT_RANGE)
     return fake_quant(x, low, high)
 
 
 def fake_quant_probabilities(p):
     """Softmax output on TFLite's fixed grid: steps of 1/256 from 0."""
     rounded = tf.quantization.fake_quant_with_min_max_args(
-        tf.cast(p, tf.float32), *SOFTMAX_RANGE, num_bits=NUM_BITS
+        xp.cast(p, xp.float32), *SOFTMAX_RANGE, num_bits=NUM_BITS
     )
-    return tf.cast(rounded, p.dtype)
+    return xp.cast(rounded, p.dtype)
 
 
 def moving_range(minimum, maximum, x, first, momentum):
     """The range after seeing batch `x`: its own on the first batch, then an
     exponential moving average (`momentum` of the old, widened to hold 0)."""
-    values = tf.cast(x, tf.float32)
-    low = tf.minimum(tf.reduce_min(values), 0.0)
-    high = tf.maximum(tf.reduce_max(values), 0.0)
-    new_low = tf.where(first, low, momentum * minimum + (1.0 - momentum) * low)
-    new_high = tf.where(first, high, momentum * maximum + (1.0 - momentum) * high)
+    values = xp.cast(x, xp.float32)
+    low = xp.minimum(xp.reduce_min(values), 0.0)
+    high = xp.maximum(xp.reduce_max(values), 0.0)
+    new_low = xp.where(first, low, momentum * minimum + (1.0 - momentum) * low)
+    new_high = xp.where(first, high, momentum * maximum + (1.0 - momentum) * high)
     return new_low, new_high

@@ -11,8 +11,8 @@ import dataclasses
 import math
 
 import numpy as np
-import tensorflow as tf
 
+from keras_posenc._backend import xp
 from keras_posenc.ops._rotate import (  # noqa: F401 (public: ops.rotary.*)
     rotate,
     rotate_widened,
@@ -36,11 +36,11 @@ def _ntk(inv, r, base, p, length):
 def _dynamic(inv, r, base, p, length):
     s, original = p["scaling_factor"], p["original_max_position_embeddings"]
     length = original if length is None else length  # None: within training
-    ratio = s * tf.cast(length, tf.float32) / original - (s - 1.0)
-    ratio = tf.maximum(ratio, 1.0)  # unchanged while L <= L0
-    log_base = math.log(base) + (r / (r - 2)) * tf.math.log(ratio)
-    exponents = tf.constant(np.arange(0, r, 2) / r, tf.float32)
-    return tf.exp(-exponents * log_base)
+    ratio = s * xp.cast(length, xp.float32) / original - (s - 1.0)
+    ratio = xp.maximum(ratio, 1.0)  # unchanged while L <= L0
+    log_base = math.log(base) + (r / (r - 2)) * xp.math.log(ratio)
+    exponents = xp.constant(np.arange(0, r, 2) / r, xp.float32)
+    return xp.exp(-exponents * log_base)
 
 
 def _yarn(inv, r, base, p, length):
@@ -74,10 +74,10 @@ def _llama3(inv, r, base, p, length):
 def _longrope(inv, r, base, p, length):
     original = p["original_max_position_embeddings"]
     length = original if length is None else length  # None: within training
-    long = tf.constant(p["long_factor"], tf.float32)
-    short = tf.constant(p["short_factor"], tf.float32)
-    factors = tf.where(tf.cast(length, tf.float32) > original, long, short)
-    return tf.constant(inv, tf.float32) / factors
+    long = xp.constant(p["long_factor"], xp.float32)
+    short = xp.constant(p["short_factor"], xp.float32)
+    factors = xp.where(xp.cast(length, xp.float32) > original, long, short)
+    return xp.constant(inv, xp.float32) / factors
 
 
 def _yarn_attention(p):
@@ -172,7 +172,7 @@ def rope_frequencies(rope_type, rotary_dim, max_wavelength, params, length=None)
     inv = default_inverse_frequencies(rotary_dim, max_wavelength)
     if record.frequencies is not None:
         inv = record.frequencies(inv, rotary_dim, max_wavelength, params, length)
-    return tf.cast(inv, tf.float32)
+    return xp.cast(inv, xp.float32)
 
 
 def rope_parameters(rope_type, given, scaling_factor, original_max_position_embeddings):
@@ -208,14 +208,14 @@ def frequency_matrix(
             return inv[None]
         owner = np.repeat(np.arange(coordinates), sections)  # slot -> coordinate
         mine = np.arange(coordinates)[:, None] == owner[None]
-        return tf.constant(mine, tf.float32) * inv
+        return xp.constant(mine, xp.float32) * inv
     per = half // coordinates
     inv = rope_frequencies(rope_type, 2 * per, max_wavelength, params)
     rows = [
-        tf.pad(inv, [[k * per, (coordinates - 1 - k) * per]])
+        xp.pad(inv, [[k * per, (coordinates - 1 - k) * per]])
         for k in range(coordinates)
     ]
-    return tf.stack(rows)
+    return xp.stack(rows)
 
 
 def rope_attention_factor(rope_type, params):
@@ -247,8 +247,8 @@ def xpos_scale(rotary_dim, positions, scale_base, gamma=0.4):
     query-key product decays as `zeta^((n - m) / scale_base)`.
     """
     zeta = (np.arange(0, rotary_dim, 2) / rotary_dim + gamma) / (1 + gamma)
-    exponent = tf.cast(positions, tf.float32)[..., None] / scale_base  # (..., T, 1)
-    return tf.exp(exponent * tf.constant(np.log(zeta), tf.float32))
+    exponent = xp.cast(positions, xp.float32)[..., None] / scale_base  # (..., T, 1)
+    return xp.exp(exponent * xp.constant(np.log(zeta), xp.float32))
 
 
 def turned_logits(q, keys, cos, sin, interleaved=False):
@@ -260,16 +260,16 @@ def turned_logits(q, keys, cos, sin, interleaved=False):
     rotations compose, `R_i q . R_j k = R_(i-j) q . k`, so the keys are only
     read. One query token uses 4-D tensors only (microcontrollers).
     """
-    q = tf.transpose(q, [0, 2, 1, 3])  # (B, N, T, H)
+    q = xp.transpose(q, [0, 2, 1, 3])  # (B, N, T, H)
     width = 2 * cos.shape[-1]  # r: the features past it are not turned
     rest = None
     if q.shape[-1] > width:
-        rest = tf.matmul(q[..., width:], keys[..., width:], transpose_b=True)
+        rest = xp.matmul(q[..., width:], keys[..., width:], transpose_b=True)
         q, keys = q[..., :width], keys[..., :width]
     if q.shape[2] == 1:
         turned = rotate(q, cos[0], sin[0], interleaved)  # (B, N, S, r)
-        logits = tf.reduce_sum(turned * keys, axis=-1)[:, :, None]  # (B, N, 1, S)
+        logits = xp.reduce_sum(turned * keys, axis=-1)[:, :, None]  # (B, N, 1, S)
     else:
         turned = rotate(q[:, :, :, None], cos, sin, interleaved)  # (B, N, T, S, r)
-        logits = tf.reduce_sum(turned * keys[:, :, None], axis=-1)
+        logits = xp.reduce_sum(turned * keys[:, :, None], axis=-1)
     return logits if rest is None else logits + rest

@@ -12,10 +12,9 @@ the pair is the fast form).
 import functools
 import numbers
 
-import tensorflow as tf
-
 from keras_posenc import _checks, ops
-from keras_posenc._compat import dim
+from keras_posenc._backend import xp
+from keras_posenc._compat import dim, rank
 from keras_posenc.layers._rounding import rounder
 
 #: The key cache's and the value cache's ranges (each int8 tensor its own).
@@ -83,7 +82,7 @@ class CachedDecoding:
         if attention_mask is not None:
             if reach is not None:
                 attention_mask = attention_mask[..., :reach]
-            mask = tf.logical_and(mask, tf.cast(attention_mask, bool)[:, None])
+            mask = xp.logical_and(mask, xp.cast(attention_mask, bool)[:, None])
         if late and ops.cache.is_static():  # an export: the cache stays untouched
             logits = self._turned_logits(q, keys, where, index + length)
             if self.contextual_position is not None:
@@ -92,7 +91,7 @@ class CachedDecoding:
             context = ops.attention.cached_context(weights, values)
             return self._merge(context), restore(pair)
         if late:  # every key turned at the current length
-            current = tf.cast(index + length, tf.float32)
+            current = xp.cast(index + length, xp.float32)
             q, keys = self._rotate_cached(
                 q, keys, query, where, ops.position_range(read), length=current
             )
@@ -214,7 +213,7 @@ class CachedDecoding:
         bias = _plus(bias, attention_bias)
         mask = mask[None, None]  # (1, 1, T, S_max)
         if attention_mask is not None:
-            mask = tf.logical_and(mask, tf.cast(attention_mask, bool)[:, None])
+            mask = xp.logical_and(mask, xp.cast(attention_mask, bool)[:, None])
         if tabled:
             logits = ops.attention.heads_first_logits(q, keys)  # (B, N, 3T, S)
             logits = ops.cache.pick_rolling_logits(logits, slot, sink_tokens)
@@ -226,8 +225,8 @@ class CachedDecoding:
                 q,
                 keys,
                 query,
-                tf.cast(q_pos, tf.float32),
-                tf.cast(k_pos, tf.float32),
+                xp.cast(q_pos, xp.float32),
+                xp.cast(k_pos, xp.float32),
                 max_length=slots,
                 rows=(q_pos, k_pos),
             )
@@ -251,12 +250,12 @@ class CachedDecoding:
         every cached key, and no float op on positions.
         """
         length = dim(q, 1)
-        c = tf.range(length) + slot  # (T,) int32: the queries' own slots
-        rows = tf.concat([q_pos, c, c + window], axis=0)  # (3T,): kind-major
+        c = xp.range(length) + slot  # (T,) int32: the queries' own slots
+        rows = xp.concat([q_pos, c, c + window], axis=0)  # (3T,): kind-major
         k = self._rotate_rows(k, "key", c, slots)
         q = ops.attention.swap_heads(q)  # (B, N, T, H): a reshape for one token
         if length != 1 or not self._scale_in_rotation():  # no broadcast then
-            q = tf.concat([q] * 3, axis=2)
+            q = xp.concat([q] * 3, axis=2)
         # One token's (B, N, 1, H) turned by (3, r) tables broadcasts to 3 rows.
         return self._rotate_rows(q, "query", rows, slots + window, True), k
 
@@ -272,7 +271,7 @@ class CachedDecoding:
         slots = dim(keys, 2)
         offsets = where[:, None] - ops.position_range(slots)[None, :]  # (T, S)
         cos, sin = self.rotary.cos_sin(
-            offsets[..., None], "query", tf.cast(current, tf.float32)
+            offsets[..., None], "query", xp.cast(current, xp.float32)
         )  # (T, S, r/2)
         scale = self.rotary.attention_factor  # the keys' factor, on this side
         if self._scale_in_rotation():
@@ -336,7 +335,7 @@ def _check_cache_shape(cache, num_heads, key_dim, value_dim):
     """The cache's slot count S_max (None if unknown), its shapes checked."""
     if isinstance(cache, (list, tuple)):
         sizes = (key_dim, value_dim or key_dim)
-        if len(cache) != 2 or not all(tf.is_tensor(c) for c in cache):
+        if len(cache) != 2 or not all(xp.is_tensor(c) for c in cache):
             _checks.fail(
                 "cache",
                 "a [keys, values] pair of tensors (or one (B, 2, S_max, N, H) tensor)",
@@ -344,7 +343,7 @@ def _check_cache_shape(cache, num_heads, key_dim, value_dim):
             )
         for name, tensor, size in zip(("keys", "values"), cache, sizes):
             expected = (num_heads, None, size)
-            if tensor.shape.rank != 4 or any(
+            if rank(tensor) != 4 or any(
                 want not in (None, got) for want, got in zip(expected, tensor.shape[1:])
             ):
                 raise ValueError(
@@ -359,7 +358,7 @@ def _check_cache_shape(cache, num_heads, key_dim, value_dim):
             )
         return s_k
     expected = (2, None, num_heads, key_dim)
-    if cache.shape.rank != 5 or any(
+    if rank(cache) != 5 or any(
         want not in (None, got) for want, got in zip(expected, cache.shape[1:])
     ):
         raise ValueError(
@@ -379,7 +378,7 @@ def _plus(bias, attention_bias):
     """The float32 sum of two optional biases (None when both are None)."""
     if attention_bias is None:
         return bias
-    extra = tf.cast(attention_bias, tf.float32)
+    extra = xp.cast(attention_bias, xp.float32)
     return extra if bias is None else bias + extra
 
 
@@ -391,13 +390,13 @@ def _check_cache_index(index, length, max_length):
     """
     if isinstance(index, bool) or not (
         isinstance(index, numbers.Integral)
-        or (tf.is_tensor(index) and index.dtype.is_integer)
+        or (xp.is_tensor(index) and index.dtype.is_integer)
     ):
         raise TypeError(
             "`cache_update_index` must be an integer or an integer scalar tensor. "
             f"Received: cache_update_index={index!r}"
         )
-    value = tf.get_static_value(index)
+    value = xp.get_static_value(index)
     if value is None or length is None or max_length is None:
         return
     if not 0 <= int(value) <= max_length - length:

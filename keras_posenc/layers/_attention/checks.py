@@ -9,7 +9,7 @@ which argument).
 import tensorflow as tf
 
 from keras_posenc import _checks
-from keras_posenc._compat import optional_layer
+from keras_posenc._compat import optional_layer, rank
 from keras_posenc.layers import _rope_checks
 from keras_posenc.layers._attention.lsh import (
     LSH_OPTIONS,
@@ -201,7 +201,7 @@ class AttentionChecks:
         """Errors for calls the layer cannot honour, before any work."""
         window = self.attention_window
         for name, tensor in (("query", query), ("value", value), ("key", key)):
-            if tensor.shape.rank not in (None, 3):
+            if rank(tensor) not in (None, 3):
                 raise ValueError(
                     f"`{name}` must have rank 3, (B, L, D): attention never folds "
                     f"other axes into the batch. Received: {name}.shape={tensor.shape}"

@@ -4,9 +4,8 @@ A mixin: queries in blocks of W attend to their block and its two
 neighbours (`ops.blocks`), with the position bias of every band.
 """
 
-import tensorflow as tf
-
 from keras_posenc import ops
+from keras_posenc._backend import xp
 from keras_posenc._compat import dim
 
 
@@ -45,7 +44,7 @@ class LocalAttention:
                 inputs, query_pos, key_pos, length, start_index, segments
             )
         if attention_bias is not None:
-            extra = tf.cast(attention_bias, tf.float32)
+            extra = xp.cast(attention_bias, xp.float32)
             bias = extra if bias is None else bias + extra
         allowed = ops.blocks.band_allowed(
             query_pos,
@@ -78,27 +77,27 @@ class LocalAttention:
         """
         producer, window = self.position_bias, self.attention_window
         if getattr(producer, "translation_invariant", False):
-            stubs = [tf.zeros([1, size, 1]) for size in (window, 3 * window)]
-            bias = tf.cast(producer(*stubs, start_index=window), tf.float32)
-            heads, blocks = bias.shape[1], tf.shape(query_pos)[0]
+            stubs = [xp.zeros([1, size, 1]) for size in (window, 3 * window)]
+            bias = xp.cast(producer(*stubs, start_index=window), xp.float32)
+            heads, blocks = bias.shape[1], xp.shape(query_pos)[0]
             shape = [1, heads, blocks, window, 3 * window]
-            bias = tf.broadcast_to(bias[:, :, None], shape)  # (1, N, nb, W, 3W)
-            return tf.reshape(bias, [1, -1, window, 3 * window])
+            bias = xp.broadcast_to(bias[:, :, None], shape)  # (1, N, nb, W, 3W)
+            return xp.reshape(bias, [1, -1, window, 3 * window])
         if segments is not None:  # (B, nb, W) and (B, nb, 3W) run positions
             rows = segments[1]
             q_at = ops.blocks.rows_of_blocks(rows, window, 0)
             k_at = ops.blocks.band_of_rows(rows, window, 0)
-            flat = [tf.reshape(p, [-1, p.shape[-1]]) for p in (q_at, k_at)]
+            flat = [xp.reshape(p, [-1, p.shape[-1]]) for p in (q_at, k_at)]
             bias = producer(*inputs, positions=flat[0], key_positions=flat[1])
-            bias = tf.cast(bias, tf.float32)  # (B*nb, N, W, 3W)
-            blocks = tf.shape(q_at)[1]
-            bias = tf.reshape(bias, [-1, blocks] + bias.shape[1:].as_list())
-            bias = tf.transpose(bias, [0, 2, 1, 3, 4])  # (B, N, nb, W, 3W)
-            return tf.reshape(bias, [tf.shape(bias)[0], -1, window, 3 * window])
+            bias = xp.cast(bias, xp.float32)  # (B*nb, N, W, 3W)
+            blocks = xp.shape(q_at)[1]
+            bias = xp.reshape(bias, [-1, blocks] + list(bias.shape[1:]))
+            bias = xp.transpose(bias, [0, 2, 1, 3, 4])  # (B, N, nb, W, 3W)
+            return xp.reshape(bias, [xp.shape(bias)[0], -1, window, 3 * window])
         # True positions; slots past the sequence (masked) borrow its ends.
-        last, offset = length - 1, tf.cast(start_index, query_pos.dtype)
+        last, offset = length - 1, xp.cast(start_index, query_pos.dtype)
         q_at, k_at = (
-            tf.clip_by_value(p, 0, last) + offset for p in (query_pos, key_pos)
+            xp.clip_by_value(p, 0, last) + offset for p in (query_pos, key_pos)
         )
         bias = producer(*inputs, positions=q_at, key_positions=k_at)
-        return ops.blocks.fold_bias(tf.cast(bias, tf.float32))  # (1, N*nb, W, 3W)
+        return ops.blocks.fold_bias(xp.cast(bias, xp.float32))  # (1, N*nb, W, 3W)

@@ -5,9 +5,8 @@ chunks (`ops.lsh`), with the position bias of every (query, key) pair the
 chunks score, at their true positions.
 """
 
-import tensorflow as tf
-
 from keras_posenc import _checks, ops
+from keras_posenc._backend import xp
 from keras_posenc._compat import dim
 
 #: `attention_type` values: dense (or block-local with `attention_window`), LSH.
@@ -155,19 +154,19 @@ class LSHAttention:
         """
         producer, length = self.position_bias, dim(inputs[0], 1)
         if getattr(producer, "translation_invariant", False):
-            stubs = (tf.zeros([1, 1, 1]), tf.zeros([1, 2 * length - 1, 1]))
+            stubs = (xp.zeros([1, 1, 1]), xp.zeros([1, 2 * length - 1, 1]))
             row = producer(*stubs, start_index=length - 1)  # (1, N, 1, 2T - 1)
-            row = tf.cast(row, tf.float32)[0, :, 0]  # (N, 2T - 1)
+            row = xp.cast(row, xp.float32)[0, :, 0]  # (N, 2T - 1)
             distance = k_index[..., None, :] - q_index[..., :, None] + length - 1
-            per_head = tf.transpose(distance, [1, 0, 2, 3, 4, 5])
-            bias = tf.gather(row, per_head, batch_dims=1)  # (N, B, R, nc, C, 2C)
-            return tf.transpose(bias, [1, 0, 2, 3, 4, 5])
+            per_head = xp.transpose(distance, [1, 0, 2, 3, 4, 5])
+            bias = xp.gather(row, per_head, batch_dims=1)  # (N, B, R, nc, C, 2C)
+            return xp.transpose(bias, [1, 0, 2, 3, 4, 5])
         heads = []
         for head in range(self.num_heads):
             at = [x[:, head] for x in (q_index, k_index)]  # (B, R, nc, C | 2C)
-            at = [x + tf.cast(start, x.dtype) for x in at]
-            flat = [tf.reshape(x, [-1, x.shape[-1]]) for x in at]
+            at = [x + xp.cast(start, x.dtype) for x in at]
+            flat = [xp.reshape(x, [-1, x.shape[-1]]) for x in at]
             bias = producer(*inputs, positions=flat[0], key_positions=flat[1])
-            bias = tf.cast(bias, tf.float32)[:, head]  # (B R nc, C, 2C)
-            heads.append(tf.reshape(bias, tf.concat([tf.shape(at[0]), [-1]], 0)))
-        return tf.stack(heads, axis=1)
+            bias = xp.cast(bias, xp.float32)[:, head]  # (B R nc, C, 2C)
+            heads.append(xp.reshape(bias, xp.concat([xp.shape(at[0]), [-1]], 0)))
+        return xp.stack(heads, axis=1)

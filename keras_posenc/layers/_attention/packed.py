@@ -6,9 +6,8 @@ rotation read positions that restart at 0 in each run, so every document
 gets the attention it gets alone.
 """
 
-import tensorflow as tf
-
 from keras_posenc import _checks, ops
+from keras_posenc._backend import xp
 from keras_posenc.layers.segment_positions import check_segment_ids
 
 
@@ -22,7 +21,7 @@ class PackedAttention:
         """`(runs, positions)` int32 `(B, T)` of checked `segment_ids`, or None."""
         if segment_ids is None:
             return None
-        segment_ids = tf.convert_to_tensor(segment_ids)
+        segment_ids = xp.convert_to_tensor(segment_ids)
         check_segment_ids(segment_ids)
         for name in ("cache", "positions", "key_positions"):
             if call_arguments[name] is not None:
@@ -72,4 +71,4 @@ def segment_mask(segments, attention_mask=None):
     same = ops.segments.same_run(runs, runs)  # (B, T, T)
     if attention_mask is None:
         return same
-    return tf.logical_and(tf.cast(attention_mask, tf.bool), same)
+    return xp.logical_and(xp.cast(attention_mask, xp.bool), same)

@@ -6,9 +6,9 @@ sum as int8 TFLite does (`ROTARY_POINTS`; xPos' key tables on a learned bound,
 `XPOS_POINT`).
 """
 
-import tensorflow as tf
-
 from keras_posenc import ops
+from keras_posenc._backend import xp
+from keras_posenc._compat import rank
 from keras_posenc.layers._rounding import rounder
 from keras_posenc.ops import quantization
 
@@ -60,9 +60,9 @@ class RotaryAttention:
         if not self._length_dependent():
             length = None
         elif length is None:
-            length = tf.maximum(tf.reduce_max(q_pos), tf.reduce_max(k_pos)) + 1.0
+            length = xp.maximum(xp.reduce_max(q_pos), xp.reduce_max(k_pos)) + 1.0
         tabulate = max_length is not None and ops.cache.is_static()
-        tabulate = tabulate and self.rotary.position_only and q_pos.shape.rank == 2
+        tabulate = tabulate and self.rotary.position_only and rank(q_pos) == 2
         side_rows = {"query": rows, "key": rows}  # integer rows, never rounded
         if isinstance(rows, tuple):  # (query rows, key rows)
             side_rows = dict(zip(("query", "key"), rows))
@@ -77,7 +77,7 @@ class RotaryAttention:
         for x, where, side in ((q, q_pos, "query"), (k, k_pos, "key")):
             if tabulate:  # (T, 1) positions: rows of a constant table
                 at = side_rows[side]
-                at = tf.cast(where[:, 0], tf.int32) if at is None else at
+                at = xp.cast(where[:, 0], xp.int32) if at is None else at
                 rotated.append(self._rotate_rows(x, side, at, max_length))
             else:
                 cos, sin = self.rotary.cos_sin(where, side, length)
@@ -90,7 +90,7 @@ class RotaryAttention:
         table_length - 1` (exports: no SIN, COS or EXP on the device, no
         float position)."""
         every = ops.position_range(table_length)[:, None]  # (S_max, 1)
-        cos, sin = (tf.gather(t, rows) for t in self.rotary.cos_sin(every, side))
+        cos, sin = (xp.gather(t, rows) for t in self.rotary.cos_sin(every, side))
         return self._turn(x, side, cos, sin, heads_first)
 
     def _turn(self, x, side, cos, sin, heads_first=False):
@@ -108,7 +108,7 @@ class RotaryAttention:
         float on its way would be an activation the int8 converter rounds
         (to its calibrated range's 255 steps), and a row read one off.
         """
-        return tf.range(length) + tf.cast(index, tf.int32)
+        return xp.range(length) + xp.cast(index, xp.int32)
 
     def _rotate_rounded(self, x, where, side, max_length, rows, training):
         """`_rotate` of one side as the int8 model computes it (`quantize`).
@@ -131,11 +131,11 @@ class RotaryAttention:
         tables = ops.rotary.rotation_tables(cos, sin, self.rotary.interleaved)
         if side == "key" and XPOS_POINT in self.rounding:  # xPos: scales >= 1
             bound = self.rounding[XPOS_POINT]
-            bound(tf.reduce_max(tf.abs(tf.stack(tables)))[None], training=training)
+            bound(xp.reduce_max(xp.abs(xp.stack(tables)))[None], training=training)
             limit = bound.maximum  # the largest |entry| of the tables trained on
         tables = [quantization.fake_quant_symmetric(t, limit) for t in tables]
         if rows is not None:
-            tables = [tf.gather(t, rows) for t in tables]
+            tables = [xp.gather(t, rows) for t in tables]
         cos, sin = (t[..., None, :] for t in tables)  # one table for every head
         r = rounder(self.rounding, training)
         return ops.rotary.rotate_widened(
