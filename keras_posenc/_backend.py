@@ -17,7 +17,10 @@ import types
 import numpy as np
 import tensorflow as tf
 
-from keras_posenc._compat import IS_KERAS_3, keras
+from keras_posenc._compat import IS_KERAS_3
+
+if IS_KERAS_3:
+    import keras  # Keras 3 itself: `tf.keras` is its tf_keras-shaped view
 
 #: The backend the layers run on: "tensorflow", "jax" or "torch".
 BACKEND = keras.backend.backend() if IS_KERAS_3 else "tensorflow"
@@ -64,11 +67,11 @@ class KerasOps:
         self.maximum, self.minimum = ops.maximum, ops.minimum
         self.equal, self.not_equal = ops.equal, ops.not_equal
         self.logical_and = ops.logical_and
-        self.matmul, self.einsum, self.tensordot = ops.matmul, ops.einsum, ops.tensordot
+        self.einsum, self.tensordot = ops.einsum, ops.tensordot
         self.transpose, self.stack = ops.transpose, ops.stack
         self.zeros_like, self.ones_like = ops.zeros_like, ops.ones_like
         self.expand_dims = ops.expand_dims
-        self.is_tensor = keras.backend.is_tensor
+        self.is_tensor = ops.is_tensor
         self.nn = types.SimpleNamespace(
             relu=ops.relu,
             softmax=ops.softmax,
@@ -183,8 +186,21 @@ class KerasOps:
             summed = summed - x
         return self.ops.flip(summed, axis=axis) if reverse else summed
 
+    def matmul(self, a, b, transpose_a=False, transpose_b=False):
+        if transpose_a:
+            a = self.ops.swapaxes(a, -1, -2)
+        if transpose_b:
+            b = self.ops.swapaxes(b, -1, -2)
+        return self.ops.matmul(a, b)
+
     def argmax(self, x, axis=None, output_type="int64"):
         return self.ops.cast(self.ops.argmax(x, axis=axis), _dtype(output_type))
+
+    def cond(self, pred, true_fn, false_fn):
+        return self.ops.cond(pred, true_fn, false_fn)
+
+    def while_loop(self, cond, body, loop_vars, maximum_iterations=None, **unused):
+        return self.ops.while_loop(cond, body, loop_vars, maximum_iterations)
 
     # Elementwise.
     def where(self, condition, x, y):

@@ -4,7 +4,7 @@ import functools
 
 from keras_posenc import _checks
 from keras_posenc._backend import xp
-from keras_posenc._compat import build_sublayer, keras, register
+from keras_posenc._compat import build_sublayer, keras, rank, register
 from keras_posenc.layers.activation_range import ActivationRange
 from keras_posenc.ops import quantization
 
@@ -106,7 +106,7 @@ class CombinedPositionInput(keras.layers.Layer):
 
     @staticmethod
     def _check_shapes(word_shape, pos_shape):
-        if word_shape.rank != 3 or pos_shape.rank != 3:
+        if rank(word_shape) != 3 or rank(pos_shape) != 3:
             raise ValueError(
                 "`word_embeddings` and `pos_embeddings` must both have rank 3 "
                 f"(B, T, D). Received: word_embeddings.shape={word_shape}, "

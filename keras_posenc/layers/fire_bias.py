@@ -1,6 +1,5 @@
 """FIRE: an MLP of progressively interpolated log distances."""
 
-import tensorflow as tf
 
 from keras_posenc import _checks, ops
 from keras_posenc._backend import xp
@@ -161,7 +160,7 @@ class FireBias(BiasLayer):
             )
             return self._returned(bias)
 
-        return tf.cond(
+        return xp.cond(
             last < self.threshold, distinct, lambda: grid(query, key, start_index)
         )
 

@@ -253,7 +253,7 @@ class RotaryEmbedding(keras.layers.Layer):
     @property
     def attention_factor(self):
         """The factor on cos and sin (on both sides: the logits get its square)."""
-        return rotary.rope_attention_factor(self.rope_type, self._parameters())
+        return rotary.rope_attention_factor(self.rope_type, self._rope_parameters())
 
     @property
     def position_only(self):
@@ -269,12 +269,12 @@ class RotaryEmbedding(keras.layers.Layer):
     def frequency_matrix(self, length=None):
         """`(C, r/2)`: the inverse frequency of each slot for each coordinate."""
         r, c = self._width, self.coordinate_dim
-        parameters = self._parameters()
+        parameters = self._rope_parameters()
         return rotary.frequency_matrix(
             self.rope_type, r, self.max_wavelength, parameters, c, self.sections, length
         )
 
-    def _parameters(self):
+    def _rope_parameters(self):
         """The type's parameters with defaults filled in."""
         shared = (self.scaling_factor, self.original_max_position_embeddings)
         return rotary.rope_parameters(self.rope_type, self.rope_parameters, *shared)

@@ -3,27 +3,29 @@
 import numpy as np
 import tensorflow as tf
 
+from keras_posenc._backend import xp
+
 
 def compile_steps(model, batch_size, total_length, use_cache, jit_compile):
     """`(prefill, step)` tf.functions of `model` for one batch and total length."""
     if use_cache:
         shapes = model.cache_shapes(batch_size, total_length)
-        cache_spec = [tf.TensorSpec(shape, tf.float32) for shape in shapes]
+        cache_spec = [tf.TensorSpec(shape, xp.float32) for shape in shapes]
 
         def run(tokens, cache, index):
             # Float32 caches between steps, the compute dtype inside (mixed
             # precision computes in float16 / bfloat16).
-            inside = [tf.cast(c, model.compute_dtype) for c in cache]
+            inside = [xp.cast(c, model.compute_dtype) for c in cache]
             logits, inside = model.call_with_cache(tokens, inside, index)
-            cache = [tf.cast(c, tf.float32) for c in inside]
-            return tf.cast(logits[:, -1], tf.float32), cache
+            cache = [xp.cast(c, xp.float32) for c in inside]
+            return xp.cast(logits[:, -1], xp.float32), cache
 
         prefill = tf.function(
             run,
             input_signature=[
-                tf.TensorSpec((batch_size, None), tf.int32),
+                tf.TensorSpec((batch_size, None), xp.int32),
                 cache_spec,
-                tf.TensorSpec((), tf.int32),
+                tf.TensorSpec((), xp.int32),
             ],
             jit_compile=jit_compile,
             autograph=False,
@@ -31,9 +33,9 @@ def compile_steps(model, batch_size, total_length, use_cache, jit_compile):
         step = tf.function(
             run,
             input_signature=[
-                tf.TensorSpec((batch_size, 1), tf.int32),
+                tf.TensorSpec((batch_size, 1), xp.int32),
                 cache_spec,
-                tf.TensorSpec((), tf.int32),
+                tf.TensorSpec((), xp.int32),
             ],
             jit_compile=jit_compile,
             autograph=False,
@@ -42,7 +44,7 @@ def compile_steps(model, batch_size, total_length, use_cache, jit_compile):
         prefill = None
         step = tf.function(
             lambda tokens: model.logits(tokens),
-            input_signature=[tf.TensorSpec((batch_size, total_length), tf.int32)],
+            input_signature=[tf.TensorSpec((batch_size, total_length), xp.int32)],
             jit_compile=jit_compile,
             autograph=False,
         )
@@ -58,13 +60,13 @@ def decoding_steps(model, batch, total, use_cache, jit_compile):
 
     def prefill(tokens):
         logits, state["cache"] = run_prefill(
-            tf.constant(tokens), state["cache"], tf.constant(0)
+            xp.constant(tokens), state["cache"], xp.constant(0)
         )
         return logits.numpy()
 
     def step(tokens, index):
         logits, state["cache"] = run_step(
-            tf.constant(tokens), state["cache"], tf.constant(index, tf.int32)
+            xp.constant(tokens), state["cache"], xp.constant(index, xp.int32)
         )
         return logits.numpy()
 

@@ -2,9 +2,8 @@
 
 import types
 
-import tensorflow as tf
-
 from keras_posenc import _checks, ops
+from keras_posenc._backend import xp
 from keras_posenc._compat import keras, register
 from keras_posenc.layers.quantized_dense import QuantizedDense
 from keras_posenc.layers.rotary_embedding import RotaryEmbedding
@@ -215,8 +214,8 @@ class CausalLM(SegmentIdsCheck, Generating, keras.Model):
         """
         if not self._lm_config.get("packed"):
             return self(token_ids, training=training)
-        token_ids = tf.convert_to_tensor(token_ids, tf.int32)
-        segments = tf.ones_like(token_ids)
+        token_ids = xp.convert_to_tensor(token_ids, xp.int32)
+        segments = xp.ones_like(token_ids)
         inputs = {"token_ids": token_ids, "segment_ids": segments}
         return self(inputs, training=training)
 
@@ -239,7 +238,7 @@ class CausalLM(SegmentIdsCheck, Generating, keras.Model):
     def empty_cache(self, batch_size, max_length):
         """A list of zero float32 cache tensors for `call_with_cache`."""
         shapes = self.cache_shapes(batch_size, max_length)
-        return [tf.zeros(shape, tf.float32) for shape in shapes]
+        return [xp.zeros(shape, xp.float32) for shape in shapes]
 
     def call_with_cache(self, token_ids, cache, cache_update_index, sink_tokens=None):
         """Logits `(B, T, V)` of tokens at `cache_update_index ...`, and the cache.

@@ -7,10 +7,9 @@ refuse them first.
 """
 
 import numpy as np
-import tensorflow as tf
 
 from keras_posenc import _checks
-from keras_posenc._compat import keras, register
+from keras_posenc._compat import dtype_name, keras, register
 
 
 def check_segment_ids(inputs):
@@ -24,12 +23,12 @@ def check_segment_ids(inputs):
     dtype = getattr(segments, "dtype", None)
     if dtype is None:
         dtype = np.asarray(segments).dtype
-    if not tf.as_dtype(dtype).is_integer:
+    if not dtype_name(dtype).startswith(("int", "uint")):
         _checks.fail(
             "segment_ids",
             "integer document ids (the model would truncate floats, and 1.6 "
             "and 1.2 would become one document)",
-            f"dtype {tf.as_dtype(dtype).name}",
+            f"dtype {dtype_name(dtype)}",
             fix="Pass them as int32, e.g. segment_ids.astype('int32')",
         )
 

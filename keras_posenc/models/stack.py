@@ -12,9 +12,8 @@ causally, on whole sequences (training) or on new tokens against caches
 import functools
 import types
 
-import tensorflow as tf
-
 from keras_posenc import _checks, ops
+from keras_posenc._backend import xp
 from keras_posenc._compat import keras
 from keras_posenc.layers.combined_position_input import CombinedPositionInput
 from keras_posenc.layers.hierarchical_position_network import (
@@ -413,9 +412,9 @@ class TransformerStack:
         max_length = self._cache_length(cache)["max_length"]
 
         def at(start, count):  # (1, count, D): the encodings ignore content
-            return encode(tf.zeros((1, count, x.shape[-1]), x.dtype), start_index=start)
+            return encode(xp.zeros((1, count, x.shape[-1]), x.dtype), start_index=start)
 
-        return ops.cache.position_rows(at, index, tf.shape(x)[1], max_length)
+        return ops.cache.position_rows(at, index, xp.shape(x)[1], max_length)
 
     def _bias_once(self, x, cache, index, positions=None):
         """The shared producer's bias for tokens `x` (decoding: at `index ...`).

@@ -5,6 +5,8 @@ import functools
 import tensorflow as tf
 from tensorflow.python.eager import record  # tf.custom_gradient's tape hook
 
+from keras_posenc._backend import IS_TENSORFLOW
+
 
 def registered_gradient(name):
     """Decorate `gradient(upstream)` (one gradient per input) into
@@ -19,10 +21,14 @@ def registered_gradient(name):
     `tf.gradients` and SavedModels), and recorded on the running tapes as
     `tf.custom_gradient` records it. Eager calls use `tf.custom_gradient`
     (which registers nothing there). `gradient` reads only `upstream`: a
-    SavedModel traces it without the op.
+    SavedModel traces it without the op. On JAX and PyTorch, `apply` is
+    `forward(*inputs)`, differentiated as written.
     """
 
     def decorate(gradient):
+        if not IS_TENSORFLOW:  # JAX and PyTorch differentiate `forward` itself
+            return lambda forward, *inputs: forward(*inputs)
+
         def identity_n_gradient(unused_op, upstream, *unused):
             return [None, *gradient(upstream)]  # none into `forward`'s own ops
 

@@ -68,7 +68,7 @@ def _widen(angles, interleaved):
 
 def _swap_pairs(x, half, interleaved):
     """`x` `(..., r)` with the two features of every pair exchanged."""
-    static = x.shape.is_fully_defined()
+    static = None not in tuple(x.shape)
     if not interleaved:
         if static:
             return xp.roll(x, half, axis=-1)

@@ -10,7 +10,7 @@ import functools
 import numpy as np
 import tensorflow as tf
 
-from keras_posenc._backend import xp
+from keras_posenc._backend import IS_TENSORFLOW, xp
 from keras_posenc._compat import rank
 from keras_posenc.ops._gradient import registered_gradient
 
@@ -86,7 +86,12 @@ def _interpolate(per_position, positions):
     return below * (1.0 - weight) + above * weight
 
 
-_compiled_interpolation = tf.function(_interpolate, jit_compile=True, autograph=False)
+#: On JAX and PyTorch, `_interpolate` as written (Keras compiles the step).
+_compiled_interpolation = (
+    tf.function(_interpolate, jit_compile=True, autograph=False)
+    if IS_TENSORFLOW
+    else _interpolate
+)
 
 
 def running_sum(x, reverse=False):

@@ -10,7 +10,7 @@ import functools
 
 import tensorflow as tf
 
-from keras_posenc._backend import xp
+from keras_posenc._backend import IS_TENSORFLOW, xp
 from keras_posenc.ops._gradient import registered_gradient
 from keras_posenc.ops.blocks import block_positions, to_band, to_blocks
 from keras_posenc.ops.cache import rolling_positions, write_rows
@@ -70,7 +70,10 @@ def _pairs(c, e, floor):
 @functools.cache
 def _compiled_pairs(floor):
     """`_pairs` as one XLA-compiled function, one per floor: made once, so an
-    eager caller compiles once per shape, not at every call."""
+    eager caller compiles once per shape, not at every call (on JAX and
+    PyTorch, `_pairs` as written: Keras compiles the whole step there)."""
+    if not IS_TENSORFLOW:
+        return functools.partial(_pairs, floor=floor)
     return tf.function(
         functools.partial(_pairs, floor=floor), jit_compile=True, autograph=False
     )

@@ -123,11 +123,12 @@ def alibi_bias(relative_position, num_heads, bidirectional=True):
     alternate direction: even heads look left (slope `m_h` on keys before the
     query, `2 m_h` after it) and odd heads look right (the mirror image).
     """
-    slopes = alibi_slopes(num_heads)
+    slopes = xp.constant(alibi_slopes(num_heads))
     distance = xp.cast(relative_position, xp.float32)[..., None, :, :]
     if not bidirectional:
         return -slopes[:, None, None] * xp.abs(distance)
     looks_left = (np.arange(num_heads) % 2 == 0).astype(np.float32)
+    looks_left = xp.constant(looks_left)
     left_slope = slopes * (2.0 - looks_left)  # slope for keys before the query
     right_slope = slopes * (1.0 + looks_left)  # slope for keys after the query
     before = xp.nn.relu(-distance)

@@ -12,9 +12,9 @@ encoder across tasks; `pretraining_data` makes the matching inputs and targets:
 import abc
 
 import numpy as np
-import tensorflow as tf
 
 from keras_posenc import _checks
+from keras_posenc._backend import xp
 from keras_posenc._compat import keras, register
 
 
@@ -116,10 +116,10 @@ class PairGather(keras.layers.Layer):
     """Concatenated encoder outputs at index pairs: `(B, P, 2) -> (B, P, 2D)`."""
 
     def call(self, encoded, pairs):
-        pairs = tf.cast(pairs, tf.int32)
-        gathered = tf.gather(encoded, pairs, batch_dims=1)  # (B, P, 2, D)
-        shape = tf.shape(gathered)
-        return tf.reshape(gathered, [shape[0], shape[1], 2 * encoded.shape[-1]])
+        pairs = xp.cast(pairs, xp.int32)
+        gathered = xp.gather(encoded, pairs, batch_dims=1)  # (B, P, 2, D)
+        shape = xp.shape(gathered)
+        return xp.reshape(gathered, [shape[0], shape[1], 2 * encoded.shape[-1]])
 
     def compute_output_shape(self, encoded_shape, pairs_shape=None):
         pairs = pairs_shape[1] if pairs_shape is not None else None
