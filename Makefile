@@ -13,8 +13,8 @@ $(STAMP): setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	@echo "[2/3] upgrading pip"
 	$(PY) -m pip install --quiet --upgrade pip
-	@echo "[3/3] installing keras_posenc with TensorFlow, LiteRT, TFLM and the test tools (about 2 minutes on a fresh machine; pip lists each package it installs)"
-	bash -o pipefail -c "$(PY) -m pip install --progress-bar off -e '.[all,dev,bench]' \
+	@echo "[3/3] installing keras_posenc with TensorFlow, JAX, PyTorch (CPU), LiteRT, TFLM and the test tools (about 2.5 minutes on a fresh machine; pip lists each package it installs)"
+	bash -o pipefail -c "$(PY) -m pip install --progress-bar off -e '.[all,dev,bench,backends]' \
 		| sed -u -n -E '/^(Collecting|Successfully installed)/p'"
 	touch $(STAMP)
 

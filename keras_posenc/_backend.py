@@ -22,10 +22,19 @@ from keras_posenc._compat import IS_KERAS_3
 if IS_KERAS_3:
     import keras  # Keras 3 itself: `tf.keras` is its tf_keras-shaped view
 
+#: Every Keras 3 backend the layers, builders and causal LMs run on.
+BACKENDS = ("tensorflow", "jax", "torch")
 #: The backend the layers run on: "tensorflow", "jax" or "torch".
 BACKEND = keras.backend.backend() if IS_KERAS_3 else "tensorflow"
 #: True where `xp` is TensorFlow itself (Keras 2, or Keras 3 on TensorFlow).
 IS_TENSORFLOW = BACKEND == "tensorflow"
+#: The widest float the backend keeps: JAX, without `jax_enable_x64`, has
+#: no float64 (the compiled loop's sampler then reads float32 logits).
+FLOAT64 = "float64"
+if BACKEND == "jax":
+    import jax
+
+    FLOAT64 = "float64" if jax.config.jax_enable_x64 else "float32"
 
 
 def _is_static(value):
@@ -86,8 +95,12 @@ class KerasOps:
             rsqrt=ops.rsqrt,
             log_sigmoid=ops.log_sigmoid,
             l2_normalize=lambda x, axis=-1: ops.normalize(x, axis=axis, order=2),
-            unsorted_segment_sum=lambda x, ids, n: ops.segment_sum(x, ids, n),
-            unsorted_segment_min=lambda x, ids, n: -ops.segment_max(-x, ids, n),
+            unsorted_segment_sum=lambda x, ids, n: self._segments(
+                ops.segment_sum, x, ids, n
+            ),
+            unsorted_segment_min=lambda x, ids, n: (
+                -self._segments(ops.segment_max, -x, ids, n)
+            ),
         )
         self.linalg = types.SimpleNamespace(band_part=self._band_part)
         self.random = types.SimpleNamespace(normal=self._normal)
@@ -141,7 +154,13 @@ class KerasOps:
         return self.ops.ones(_static(shape), _dtype(dtype))
 
     def fill(self, shape, value):
-        return self.ops.full(_static(shape), value)
+        if isinstance(value, bool):
+            dtype = "bool"
+        elif isinstance(value, int):
+            dtype = "int32"
+        else:
+            dtype = _dtype(getattr(value, "dtype", "float32"))
+        return self.ops.full(_static(shape), value, dtype)
 
     def eye(self, n, dtype="float32"):
         return self.ops.eye(n, dtype=_dtype(dtype))
@@ -272,6 +291,12 @@ class KerasOps:
     def meshgrid(self, *arrays, indexing="xy"):
         return self.ops.meshgrid(*arrays, indexing=indexing)
 
+    def _segments(self, reduce, data, ids, count):
+        """TensorFlow's segment reductions take ids of any rank; Keras' 1-D."""
+        ids_rank = len(self.ops.shape(ids))
+        data = self.ops.reshape(data, (-1, *self.ops.shape(data)[ids_rank:]))
+        return reduce(data, self.ops.reshape(ids, (-1,)), int(count))
+
     def _band_part(self, x, lower, upper):
         rows, cols = self.ops.shape(x)[-2:]
         i = self.ops.arange(rows)[:, None]
@@ -292,3 +317,41 @@ class KerasOps:
 
 #: The tensor functions of the running backend (see the module docstring).
 xp = tf if IS_TENSORFLOW else KerasOps()
+
+
+def compiled(function, signature, jit_compile, variables):
+    """`function` compiled as its backend compiles a decoding loop.
+
+    TensorFlow: a `tf.function` of `signature` (XLA with `jit_compile`).
+    JAX: `jax.jit` (always XLA), the `variables`' current values passed in
+    at each call, so a trained model never decodes with stale weights.
+    PyTorch: `function` itself, eager: Keras compiles only its own train and
+    predict steps there (`torch.compile` of a loop over Keras layers is not
+    something Keras supports).
+    """
+    if IS_TENSORFLOW:
+        return tf.function(
+            function,
+            input_signature=signature,
+            jit_compile=jit_compile,
+            autograph=False,
+        )
+    if BACKEND != "jax":
+        return function
+    import jax
+
+    variables = list(variables)
+
+    def stateless(values, *args):
+        with keras.StatelessScope(state_mapping=list(zip(variables, values))):
+            return function(*args)
+
+    jitted = jax.jit(stateless)
+    return lambda *args: jitted([v.value for v in variables], *args)
+
+
+def to_numpy(x):
+    """A NumPy copy of any backend's tensor (a PyTorch one detached)."""
+    if IS_TENSORFLOW:
+        return x.numpy()
+    return keras.ops.convert_to_numpy(x)

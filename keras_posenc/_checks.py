@@ -77,3 +77,39 @@ def known_width(shape, name="input"):
             f"The last axis of the {name} must be known. Received: shape={shape}"
         )
     return width
+
+
+def rounds_on_tensorflow(name, value):
+    """`value` (a `quantize` option, or a rounding layer's name), refused
+    when it asks for rounding on JAX or PyTorch.
+
+    The package's quantization-aware training rounds with TensorFlow's
+    fake-quant kernels, whose ranges the TFLite converter reads as int8
+    scales: a JAX or PyTorch model cannot hold them.
+    """
+    from keras_posenc._backend import BACKEND, IS_TENSORFLOW
+
+    if value and not IS_TENSORFLOW:
+        _fail(
+            name,
+            f"False on the {BACKEND} backend (quantization-aware training rounds "
+            "with TensorFlow's fake-quant kernels, which the TFLite converter "
+            "reads as int8 ranges)",
+            value,
+            fix="Train it with KERAS_BACKEND=tensorflow, or train in float here "
+            "and export the .keras file with tflite_export (int8 calibration)",
+        )
+    return value
+
+
+def rounding_layer(layer):
+    """Refuses a rounding layer (`ActivationRange`, `QuantizedDense`...) off
+    TensorFlow, for the reason `rounds_on_tensorflow` gives."""
+    from keras_posenc._backend import BACKEND, IS_TENSORFLOW
+
+    if not IS_TENSORFLOW:
+        raise ValueError(
+            f"`{type(layer).__name__}` needs KERAS_BACKEND=tensorflow: it rounds "
+            "with TensorFlow's fake-quant kernels, which the TFLite converter "
+            f"reads as int8 ranges. Received: the {BACKEND} backend"
+        )

@@ -122,14 +122,15 @@ class _NumPyOps:
         return order[np.arange(len(picks)), picks]
 
 
-class _TensorFlowOps:
-    """The same operations in TensorFlow (the compiled loop: graph or XLA)."""
+class _TensorOps:
+    """The same operations on the backend's tensors (the compiled loop:
+    TensorFlow's graph or XLA, `jax.jit`, or PyTorch's eager tensors)."""
 
     def __init__(self):
-        import tensorflow as tf
+        from keras_posenc._backend import xp
 
-        self.tf = tf
-        self.exp = tf.exp
+        self.tf = xp
+        self.exp = xp.exp
 
     def rank(self, logits):
         order = self.tf.argsort(-logits, axis=-1, stable=True)
@@ -165,7 +166,7 @@ class GreedySampler(Sampler):
         return self.rule(_NumPyOps, logits, None)
 
     def compiled_next_tokens(self, logits, uniforms):
-        return self.rule(_TensorFlowOps(), logits, uniforms)
+        return self.rule(_TensorOps(), logits, uniforms)
 
     def rule(self, ops, logits, uniforms):
         """The rule, once, on `ops` (NumPy or TensorFlow arrays)."""
@@ -192,7 +193,7 @@ class RandomSampler(Sampler):
         return self.rule(_NumPyOps, logits, uniforms)
 
     def compiled_next_tokens(self, logits, uniforms):
-        return self.rule(_TensorFlowOps(), logits, uniforms)
+        return self.rule(_TensorOps(), logits, uniforms)
 
     def rule(self, ops, logits, uniforms):
         """One uniform per row, inverted through the ranked distribution of

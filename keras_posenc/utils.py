@@ -6,16 +6,38 @@ package's private modules.
 
 import collections.abc
 
+from keras_posenc._backend import BACKEND, IS_TENSORFLOW
 from keras_posenc._compat import REGISTERED, keras
 from keras_posenc._startup import verbose
 from keras_posenc.layers import _rope_checks
 from keras_posenc.layers.rotary_embedding import RotaryEmbedding
 
-__all__ = ["keras", "nested_layers", "package_classes", "set_rope_scaling", "verbose"]
+__all__ = [
+    "BACKEND",
+    "keras",
+    "nested_layers",
+    "package_classes",
+    "require_tensorflow",
+    "set_rope_scaling",
+    "verbose",
+]
 
 #: The Keras `tf.keras` resolves to (Keras 3, or tf_keras 2 with
 #: `TF_USE_LEGACY_KERAS=1`): the one alias, defined in `keras_posenc._compat`.
 keras = keras
+
+
+def require_tensorflow(function):
+    """Refuses `function` (a name) in a JAX or PyTorch process: the TFLite
+    converter and the TF-MOT tools read TensorFlow graphs."""
+    if not IS_TENSORFLOW:
+        raise RuntimeError(
+            f"`{function}` runs with KERAS_BACKEND=tensorflow: the TFLite "
+            "converter reads TensorFlow graphs. Save the model as .keras on "
+            f"{BACKEND} and export that file in a TensorFlow process "
+            "(`KERAS_BACKEND=tensorflow python -m tflite_export ...`, "
+            f"docs/backends.md). Received: the {BACKEND} backend"
+        )
 
 
 def package_classes():

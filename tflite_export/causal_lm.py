@@ -20,7 +20,7 @@ from keras_posenc.models import CausalLM
 from keras_posenc.ops.cache import static_decoding
 from keras_posenc.ops.rotary import ROPE_TYPES
 from keras_posenc.training.quantization import check_float32
-from keras_posenc.utils import nested_layers
+from keras_posenc.utils import nested_layers, require_tensorflow
 from tflite_export.contract import device_contract
 from tflite_export.convert import (
     FLOAT32_PURPOSE,
@@ -89,6 +89,7 @@ def convert_causal_lm(
     Returns:
         The `.tflite` model as bytes.
     """
+    require_tensorflow("convert_causal_lm")
     max_length, rolling = _check_export(model, mode, target, max_length, streaming)
     ids, trained_ranges = _check_calibration(model, calibration_ids, mode)
     keys = ["prefill", "decode"]

@@ -16,7 +16,7 @@ from tensorflow.python.framework.convert_to_constants import (
 
 import keras_posenc
 from keras_posenc.training.quantization import check_float32
-from keras_posenc.utils import keras, nested_layers
+from keras_posenc.utils import keras, nested_layers, require_tensorflow
 from tflite_export.int4 import int4_kernels
 from tflite_export.tensor_names import name_tensors
 
@@ -61,6 +61,7 @@ def convert(model, representative_data, mode="int8", sequence_length=None):
     Returns:
         The `.tflite` model as bytes.
     """
+    require_tensorflow("convert")
     if mode not in MODES:
         raise ValueError(f"`mode` must be one of {MODES}. Received: mode={mode!r}")
     if not isinstance(model, keras.Model):

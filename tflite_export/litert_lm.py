@@ -32,7 +32,7 @@ import numpy as np
 from keras_posenc import DynamicPositionBias, FireBias
 from keras_posenc.models import CausalLM
 from keras_posenc.training.quantization import check_float32
-from keras_posenc.utils import keras, nested_layers, verbose
+from keras_posenc.utils import keras, nested_layers, require_tensorflow, verbose
 from tflite_export.c_array import atomic_write, check_targets
 from tflite_export.causal_lm import check_cache_length, check_calibration_ids
 from tflite_export.convert import (
@@ -108,6 +108,7 @@ def convert_litert_lm(
     Returns:
         The written path, as a `pathlib.Path`.
     """
+    require_tensorflow("convert_litert_lm")
     plan = _plan(**locals())  # every argument checked before any work
     builder = _builder()
     model_bytes = engine_model(

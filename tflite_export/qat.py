@@ -16,7 +16,7 @@ biases), get their int8 ranges from the representative data at conversion.
 """
 
 import keras_posenc
-from keras_posenc.utils import keras, nested_layers, package_classes
+from keras_posenc.utils import keras, nested_layers, package_classes, require_tensorflow
 
 #: `(layer class, attribute)` of the kernels QAT fake-quantizes.
 QUANTIZED_KERNELS = (
@@ -68,6 +68,7 @@ def quantize_aware(model, engine="posenc", kernel_bits=8):
         A `keras.Model` ready for `compile` and `fit`, then for
         `tflite_export.convert`.
     """
+    require_tensorflow("quantize_aware")
     if engine not in ENGINES:
         raise ValueError(
             f"`engine` must be one of {ENGINES}. Received: engine={engine!r}"

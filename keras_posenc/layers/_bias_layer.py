@@ -62,8 +62,8 @@ class BiasLayer(keras.layers.Layer):
     def _bias_on_distinct_distances(self, query_length, key_length, start_index):
         """`(N, T, S)` from the bias of the distances `-(T-1)-start .. S-1-start`."""
         distinct = xp.range(query_length + key_length - 1, dtype=xp.float32)
-        distinct -= xp.cast(query_length - 1, xp.float32)
-        distinct -= xp.cast(start_index, xp.float32)  # (T + S - 1,)
+        distinct = distinct - xp.cast(query_length - 1, xp.float32)
+        distinct = distinct - xp.cast(start_index, xp.float32)  # (T + S - 1,)
         row = self.bias_between(xp.zeros([1]), distinct)[:, 0]  # (N, T + S - 1)
         return ops.toeplitz(row, query_length, key_length)  # (N, T, S)
 

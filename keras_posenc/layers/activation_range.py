@@ -16,6 +16,7 @@ class Momentum:
     average (`ActivationRange`, `QuantizedAdd`): checked, stored, configured."""
 
     def __init__(self, momentum=0.99, **kwargs):
+        _checks.rounding_layer(self)
         momentum = _checks.rate("momentum", momentum)
         super().__init__(**kwargs)
         self.momentum = momentum

@@ -48,7 +48,9 @@ class CombinedPositionInput(keras.layers.Layer):
     """
 
     def __init__(self, quantize=False, **kwargs):
-        quantize = _checks.boolean("quantize", quantize)
+        quantize = _checks.rounds_on_tensorflow(
+            "quantize", _checks.boolean("quantize", quantize)
+        )
         super().__init__(**kwargs)
         self.quantize = quantize
         self.supports_masking = True

@@ -1,6 +1,5 @@
 """FIRE: an MLP of progressively interpolated log distances."""
 
-
 from keras_posenc import _checks, ops
 from keras_posenc._backend import xp
 from keras_posenc._compat import (

@@ -175,7 +175,7 @@ class ForgettingGate(keras.layers.Layer):
         z = self.gate_dense(xp.cast(inputs, xp.float32))  # (B, T, gates * N)
         log_gates = xp.math.log_sigmoid(z)
         if mask is not None:
-            log_gates *= xp.cast(mask, xp.float32)[:, :, None]
+            log_gates = log_gates * xp.cast(mask, xp.float32)[:, :, None]
         if not self.bidirectional:
             return log_gates, None
         return log_gates[..., : self.num_heads], log_gates[..., self.num_heads :]

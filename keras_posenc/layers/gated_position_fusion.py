@@ -90,7 +90,9 @@ class GatedPositionFusion(keras.layers.Layer):
     ):
         max_distance = _checks.positive_int("max_distance", max_distance, True)
         causal = _checks.boolean("causal", causal)
-        quantize = _checks.boolean("quantize", quantize)
+        quantize = _checks.rounds_on_tensorflow(
+            "quantize", _checks.boolean("quantize", quantize)
+        )
         super().__init__(**kwargs)
         self.causal = causal
         self.quantize = quantize

@@ -162,7 +162,9 @@ class HierarchicalPositionNetwork(keras.layers.Layer):
         dropout = _checks.rate("dropout", dropout)
         max_wavelength = _checks.positive_float("max_wavelength", max_wavelength)
         causal = _checks.boolean("causal", causal)
-        quantize = _checks.boolean("quantize", quantize)
+        quantize = _checks.rounds_on_tensorflow(
+            "quantize", _checks.boolean("quantize", quantize)
+        )
         kernel_bits = quantization.check_kernel_bits(kernel_bits)
         super().__init__(**kwargs)
         self.causal = causal
@@ -460,7 +462,7 @@ class HierarchicalPositionNetwork(keras.layers.Layer):
             features[:, None], kernel[None], [1, 1, 1, 1], padding
         )  # (B, 1, T, D)
         if bias:  # added before the slice: the converter fuses it into the conv
-            output += xp.cast(bias[0], output.dtype)
+            output = output + xp.cast(bias[0], output.dtype)
         return output[:, 0]  # (B, T, D)
 
     def _segment_conv(self, conv, inputs, runs):
@@ -473,7 +475,7 @@ class HierarchicalPositionNetwork(keras.layers.Layer):
             term = ops.segments.shift_within(inputs, runs, first + tap) * weight
             output = term if output is None else output + term
         if bias:
-            output += xp.cast(bias[0], inputs.dtype)
+            output = output + xp.cast(bias[0], inputs.dtype)
         return output
 
     def generator(self, index):

@@ -64,7 +64,9 @@ class LayerNorm(keras.layers.Layer):
 
     def __init__(self, epsilon=1e-5, quantize=False, **kwargs):
         epsilon = _checks.positive_float("epsilon", epsilon)
-        quantize = _checks.boolean("quantize", quantize)
+        quantize = _checks.rounds_on_tensorflow(
+            "quantize", _checks.boolean("quantize", quantize)
+        )
         super().__init__(**kwargs)
         self.epsilon = epsilon
         self.quantize = quantize

@@ -50,7 +50,9 @@ class LearnedPositionEmbedding(keras.layers.Layer):
         self, max_length, initializer="glorot_uniform", quantize=False, **kwargs
     ):
         max_length = _checks.positive_int("max_length", max_length)
-        quantize = _checks.boolean("quantize", quantize)
+        quantize = _checks.rounds_on_tensorflow(
+            "quantize", _checks.boolean("quantize", quantize)
+        )
         super().__init__(**kwargs)
         self.max_length = max_length
         self.quantize = quantize

@@ -45,7 +45,9 @@ class MeanPooling(keras.layers.Layer):
     """
 
     def __init__(self, quantize=False, **kwargs):
-        quantize = _checks.boolean("quantize", quantize)
+        quantize = _checks.rounds_on_tensorflow(
+            "quantize", _checks.boolean("quantize", quantize)
+        )
         super().__init__(**kwargs)
         self.quantize = quantize
         self.supports_masking = True

@@ -59,6 +59,7 @@ class QuantizedDense(keras.layers.Dense):
         kernel_bits=8,
         **kwargs,
     ):
+        _checks.rounding_layer(self)
         momentum = _checks.rate("momentum", momentum)
         quantize_inputs = _checks.boolean("quantize_inputs", quantize_inputs)
         kernel_bits = quantization.check_kernel_bits(kernel_bits)

@@ -119,6 +119,7 @@ class RecursivePositionUpdate(keras.layers.Layer):
         )
         if not (quantize is False or quantize is True or quantize == "cache"):
             _checks.fail("quantize", "False, True or 'cache'", quantize)
+        _checks.rounds_on_tensorflow("quantize", quantize)
         kernel_bits = quantization.check_kernel_bits(kernel_bits)
         super().__init__(**kwargs)
         self.kernel_bits = kernel_bits

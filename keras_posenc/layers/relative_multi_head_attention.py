@@ -56,6 +56,7 @@ CHECKED = (
     "key_positions",
     "cache",
     "cache_update_index",
+    "sink_tokens",
     "segment_ids",
 )
 #: The public names of the projections, as in `keras.layers.MultiHeadAttention`.

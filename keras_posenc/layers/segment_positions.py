@@ -2,7 +2,7 @@
 
 from keras_posenc import _checks, ops
 from keras_posenc._backend import xp
-from keras_posenc._compat import keras, rank, register
+from keras_posenc._compat import dtype_name, is_integer, keras, rank, register
 
 
 @register
@@ -53,11 +53,11 @@ class SegmentPositions(keras.layers.Layer):
 
 def check_segment_ids(segment_ids):
     """`TypeError`/`ValueError` unless `segment_ids` is an integer `(B, T)` tensor."""
-    if not segment_ids.dtype.is_integer:
+    if not is_integer(segment_ids):
         _checks.fail(
             "segment_ids",
             "an integer tensor (B, T)",
-            f"dtype {segment_ids.dtype.name}",
+            f"dtype {dtype_name(segment_ids.dtype)}",
             error=TypeError,
         )
     if rank(segment_ids) != 2:

@@ -49,7 +49,9 @@ class SinusoidalPositionEncoding(keras.layers.Layer):
 
     def __init__(self, max_wavelength=10000.0, quantize=False, **kwargs):
         max_wavelength = _checks.positive_float("max_wavelength", max_wavelength)
-        quantize = _checks.boolean("quantize", quantize)
+        quantize = _checks.rounds_on_tensorflow(
+            "quantize", _checks.boolean("quantize", quantize)
+        )
         super().__init__(**kwargs)
         self.max_wavelength = max_wavelength
         self.quantize = quantize

@@ -52,7 +52,9 @@ class TokenEmbedding(keras.layers.Layer):
         **kwargs,
     ):
         vocab_size = _checks.positive_int("vocab_size", vocab_size)
-        quantize = _checks.boolean("quantize", quantize)
+        quantize = _checks.rounds_on_tensorflow(
+            "quantize", _checks.boolean("quantize", quantize)
+        )
         output_dim = _checks.positive_int("output_dim", output_dim)
         mask_zero = _checks.boolean("mask_zero", mask_zero)
         super().__init__(**kwargs)

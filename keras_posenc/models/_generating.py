@@ -9,9 +9,9 @@ import collections
 import types
 
 import numpy as np
-import tensorflow as tf
 
 from keras_posenc import _checks, generation, samplers
+from keras_posenc._backend import FLOAT64, to_numpy, xp
 from keras_posenc.layers.rotary_embedding import RotaryEmbedding
 from keras_posenc.models import _loop, _steps, capabilities
 from keras_posenc.utils import nested_layers
@@ -169,8 +169,8 @@ class Generating:
                     f"at most max_length={limit} tokens for position='learned'",
                     tokens.shape[1],
                 )
-            logits = tf.cast(self.logits(tokens), tf.float32)[:, :-1]
-            return _loop.next_token_log_probs(logits, tokens[:, 1:]).numpy()
+            logits = xp.cast(self.logits(tokens), xp.float32)[:, :-1]
+            return to_numpy(_loop.next_token_log_probs(logits, tokens[:, 1:]))
         rolling = self.check_streaming(streaming)
         batch, length = tokens.shape
         key = ("score", batch, length, jit_compile, rolling)
@@ -179,7 +179,7 @@ class Generating:
             lambda: _loop.compile_scoring(self, batch, length, jit_compile, rolling),
         )
         first = min(length - 1, rolling[1])
-        return read(tf.constant(tokens[:, :first]), tf.constant(tokens)).numpy()
+        return to_numpy(read(xp.constant(tokens[:, :first]), xp.constant(tokens)))
 
     def generate(
         self,
@@ -329,12 +329,12 @@ class Generating:
         out = np.full((batch, width), options["pad_token_id"], np.int32)
         out[:, : prompts.shape[1]] = prompts
         tokens = decode(
-            tf.constant(prompts[:, :start]),
-            tf.constant(out),
-            tf.constant(lengths),
-            tf.constant(options["max_new_tokens"]),
-            tf.constant(uniforms, tf.float64),
-            tf.constant(_loop.stop_list(options["stop_token_ids"])),
-            tf.constant(options["pad_token_id"]),
+            xp.constant(prompts[:, :start]),
+            xp.constant(out),
+            xp.constant(lengths),
+            xp.constant(options["max_new_tokens"]),
+            xp.constant(uniforms, FLOAT64),
+            xp.constant(_loop.stop_list(options["stop_token_ids"])),
+            xp.constant(options["pad_token_id"]),
         )
-        return tokens.numpy()[:, :total]
+        return to_numpy(tokens)[:, :total]

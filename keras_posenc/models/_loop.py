@@ -17,6 +17,7 @@ cache (`phase_widths`), each step reading up to its phase's end.
 import numpy as np
 import tensorflow as tf
 
+from keras_posenc._backend import FLOAT64, IS_TENSORFLOW, compiled, xp
 from keras_posenc.ops.cache import in_place_writes, read_bound, update_slice
 
 
@@ -37,11 +38,11 @@ def compile_loop(
     first_logits, next_logits = _logit_steps(model, batch, total, use_cache, rolling)
 
     def decode(prefix, prompts, lengths, max_new, uniforms, stops, pad):
-        start = tf.shape(prefix)[1]
+        start = xp.shape(prefix)[1]
         end = lengths + max_new  # first slot after each row's new tokens
         choose = _chooser(sampler, batch, (lengths, end), uniforms, (stops, pad))
-        done = tf.zeros([batch], tf.bool)
-        drawn = tf.zeros([batch], tf.int32)
+        done = xp.zeros([batch], xp.bool)
+        drawn = xp.zeros([batch], xp.int32)
         if first_logits is not None:  # prefill, then token `start` outside the loop
             logits, state = first_logits(prefix)
             out, done, drawn, fed = choose(logits, start, prompts, done, drawn)
@@ -50,36 +51,36 @@ def compile_loop(
         else:  # one model call per step only: the first one reads the prefix
             # Slots past the prefix are never read by a causal model; they
             # hold token 0 so every id the model embeds is a real one.
-            buffer = tf.pad(prefix, [[0, 0], [0, total - start]])
-            state = [tf.ensure_shape(buffer, [batch, total])]
+            buffer = xp.pad(prefix, [[0, 0], [0, total - start]])
+            state = [xp.ensure_shape(buffer, [batch, total])]
             out, fed, first = prompts, prefix[:, -1], start
 
         def going(t, done):
-            return (t < total) & ~tf.reduce_all(done | (t >= end))
+            return (t < total) & ~xp.reduce_all(done | (t >= end))
 
         def body(t, out, done, drawn, fed, state):
             shapes = [s.shape for s in state]
             logits, state = next_logits(state, fed, t - 1)
-            state = [tf.ensure_shape(s, shape) for s, shape in zip(state, shapes)]
+            state = [xp.ensure_shape(s, shape) for s, shape in zip(state, shapes)]
             out, done, drawn, fed = choose(logits, t, out, done, drawn)
             return t + 1, out, done, drawn, fed, state
 
         carried = (first, out, done, drawn, fed, list(state))
         return _loop_steps(going, body, carried, total if phased else None)
 
-    return tf.function(
+    return compiled(
         decode,
-        input_signature=[
-            tf.TensorSpec((batch, None), tf.int32),
-            tf.TensorSpec((batch, total), tf.int32),
-            tf.TensorSpec((batch,), tf.int32),
-            tf.TensorSpec((), tf.int32),
-            tf.TensorSpec((batch, None), tf.float64),
-            tf.TensorSpec((None,), tf.int32),
-            tf.TensorSpec((), tf.int32),
+        [
+            tf.TensorSpec((batch, None), xp.int32),
+            tf.TensorSpec((batch, total), xp.int32),
+            tf.TensorSpec((batch,), xp.int32),
+            tf.TensorSpec((), xp.int32),
+            tf.TensorSpec((batch, None), FLOAT64),
+            tf.TensorSpec((None,), xp.int32),
+            tf.TensorSpec((), xp.int32),
         ],
-        jit_compile=jit_compile,
-        autograph=False,
+        jit_compile,
+        model.variables,
     )
 
 
@@ -90,7 +91,7 @@ def _logit_steps(model, batch, total, use_cache, rolling):
 
         def next_logits(state, fed, index):
             buffer = _write_column(state[0], fed, index)
-            return tf.gather(model.logits(buffer), index, axis=1), [buffer]
+            return xp.gather(model.logits(buffer), index, axis=1), [buffer]
 
         return None, next_logits
     sink, slots = rolling or (None, total)
@@ -98,7 +99,7 @@ def _logit_steps(model, batch, total, use_cache, rolling):
     dtype = model.compute_dtype
 
     def first_logits(prefix):
-        cache = [tf.zeros(shape, dtype) for shape in shapes]
+        cache = [xp.zeros(shape, dtype) for shape in shapes]
         logits, cache = model.call_with_cache(prefix, cache, 0, sink_tokens=sink)
         return logits[:, -1], cache
 
@@ -117,21 +118,21 @@ def _chooser(sampler, batch, rows, uniforms, tokens):
     iteration of the NumPy loop (`rows`: the prompts' lengths and each row's
     end; `tokens`: the stop ids and the pad id)."""
     (lengths, end), (stops, pad) = rows, tokens
-    last_draw = tf.shape(uniforms)[1] - 1
+    last_draw = xp.shape(uniforms)[1] - 1
 
     def choose(logits, t, out, done, drawn):
         prompted = t < lengths
         active = ~prompted & ~done & (t < end)
         # Row r's next uniform is the value its stream gives next.
-        u = tf.gather(uniforms, tf.minimum(drawn, last_draw), batch_dims=1)
-        chosen = sampler.compiled_next_tokens(tf.cast(logits, tf.float64), u)
-        chosen = tf.ensure_shape(tf.cast(chosen, tf.int32), [batch])
-        given = tf.gather(out, t, axis=1)
-        token = tf.where(prompted, given, tf.where(active, chosen, pad))
+        u = xp.gather(uniforms, xp.minimum(drawn, last_draw), batch_dims=1)
+        chosen = sampler.compiled_next_tokens(xp.cast(logits, FLOAT64), u)
+        chosen = xp.ensure_shape(xp.cast(chosen, xp.int32), [batch])
+        given = xp.gather(out, t, axis=1)
+        token = xp.where(prompted, given, xp.where(active, chosen, pad))
         out = _write_column(out, token, t)
-        done = done | (active & tf.reduce_any(chosen[:, None] == stops, -1))
-        drawn = drawn + tf.cast(active, tf.int32)
-        fed = tf.where(prompted | active, token, 0)  # finished rows: id 0
+        done = done | (active & xp.reduce_any(chosen[:, None] == stops, -1))
+        drawn = drawn + xp.cast(active, xp.int32)
+        fed = xp.where(prompted | active, token, 0)  # finished rows: id 0
         return out, done, drawn, fed
 
     return choose
@@ -144,7 +145,7 @@ def _loop_steps(going, body, carried, phased_total):
     reading the slots up to its phase's end (the step at `t` writes
     position `t - 1`), not all `total`."""
     if phased_total is None:  # a plain graph's steps read up to their own position
-        return tf.while_loop(
+        return xp.while_loop(
             lambda t, out, done, *_: going(t, done),
             body,
             carried,
@@ -152,7 +153,7 @@ def _loop_steps(going, body, carried, phased_total):
         )[1]
     for width in phase_widths(phased_total):
         with read_bound(width):
-            carried = tf.while_loop(
+            carried = xp.while_loop(
                 lambda t, out, done, *_, width=width: going(t, done) & (t <= width),
                 body,
                 carried,
@@ -163,8 +164,8 @@ def _loop_steps(going, body, carried, phased_total):
 
 def next_token_log_probs(logits, targets):
     """`(B, n)` float32 log-softmax of `logits (B, n, V)` at `targets (B, n)`."""
-    log_probs = tf.nn.log_softmax(tf.cast(logits, tf.float32), axis=-1)
-    return tf.gather(log_probs, targets, batch_dims=2)
+    log_probs = xp.nn.log_softmax(xp.cast(logits, xp.float32), axis=-1)
+    return xp.gather(log_probs, targets, batch_dims=2)
 
 
 def compile_scoring(model, batch_size, length, jit_compile, rolling):
@@ -179,24 +180,24 @@ def compile_scoring(model, batch_size, length, jit_compile, rolling):
     shapes = model.cache_shapes(batch_size, slots)
 
     def read(prefix, tokens):
-        first = tf.shape(prefix)[1]
-        cache = [tf.zeros(shape, model.compute_dtype) for shape in shapes]
+        first = xp.shape(prefix)[1]
+        cache = [xp.zeros(shape, model.compute_dtype) for shape in shapes]
         logits, cache = model.call_with_cache(prefix, cache, 0, sink_tokens=sink)
         head = next_token_log_probs(logits, tokens[:, 1 : first + 1])
-        scores = tf.pad(head, [[0, 0], [0, length - 1 - first]])
+        scores = xp.pad(head, [[0, 0], [0, length - 1 - first]])
         cache = _once_read(cache, scores)
 
         def body(t, scores, cache):
-            fed = tf.gather(tokens, t, axis=1)[:, None]
+            fed = xp.gather(tokens, t, axis=1)[:, None]
             with in_place_writes():  # the loop owns its caches
                 logits, cache = model.call_with_cache(fed, cache, t, sink_tokens=sink)
-            target = tf.gather(tokens, t + 1, axis=1)[:, None]
+            target = xp.gather(tokens, t + 1, axis=1)[:, None]
             column = next_token_log_probs(logits, target)[:, 0]
             scores = update_slice(scores, column[:, None], t, axis=1)
-            cache = [tf.ensure_shape(c, shape) for c, shape in zip(cache, shapes)]
+            cache = [xp.ensure_shape(c, shape) for c, shape in zip(cache, shapes)]
             return t + 1, scores, cache
 
-        loop = tf.while_loop(
+        loop = xp.while_loop(
             lambda t, *_: t < length - 1,
             body,
             (first, scores, cache),
@@ -204,14 +205,14 @@ def compile_scoring(model, batch_size, length, jit_compile, rolling):
         )
         return loop[1]
 
-    return tf.function(
+    return compiled(
         read,
-        input_signature=[
-            tf.TensorSpec((batch_size, None), tf.int32),
-            tf.TensorSpec((batch_size, length), tf.int32),
+        [
+            tf.TensorSpec((batch_size, None), xp.int32),
+            tf.TensorSpec((batch_size, length), xp.int32),
         ],
-        jit_compile=jit_compile,
-        autograph=False,
+        jit_compile,
+        model.variables,
     )
 
 
@@ -222,8 +223,10 @@ def _once_read(caches, result):
     graph's loop as soon as its own inputs are ready, so without this a
     first write could overwrite a cache while the prefill still reads it.
     """
+    if not IS_TENSORFLOW:  # JAX and PyTorch order writes by their data
+        return list(caches)
     with tf.control_dependencies([result]):
-        return [tf.identity(cache) for cache in caches]
+        return [xp.identity(cache) for cache in caches]
 
 
 #: The smallest loop width and stop list (`capacity`, `stop_list`).

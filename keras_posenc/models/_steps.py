@@ -3,7 +3,7 @@
 import numpy as np
 import tensorflow as tf
 
-from keras_posenc._backend import xp
+from keras_posenc._backend import compiled, to_numpy, xp
 
 
 def compile_steps(model, batch_size, total_length, use_cache, jit_compile):
@@ -20,33 +20,33 @@ def compile_steps(model, batch_size, total_length, use_cache, jit_compile):
             cache = [xp.cast(c, xp.float32) for c in inside]
             return xp.cast(logits[:, -1], xp.float32), cache
 
-        prefill = tf.function(
+        prefill = compiled(
             run,
-            input_signature=[
+            [
                 tf.TensorSpec((batch_size, None), xp.int32),
                 cache_spec,
                 tf.TensorSpec((), xp.int32),
             ],
-            jit_compile=jit_compile,
-            autograph=False,
+            jit_compile,
+            model.variables,
         )
-        step = tf.function(
+        step = compiled(
             run,
-            input_signature=[
+            [
                 tf.TensorSpec((batch_size, 1), xp.int32),
                 cache_spec,
                 tf.TensorSpec((), xp.int32),
             ],
-            jit_compile=jit_compile,
-            autograph=False,
+            jit_compile,
+            model.variables,
         )
     else:
         prefill = None
-        step = tf.function(
+        step = compiled(
             lambda tokens: model.logits(tokens),
-            input_signature=[tf.TensorSpec((batch_size, total_length), xp.int32)],
-            jit_compile=jit_compile,
-            autograph=False,
+            [tf.TensorSpec((batch_size, total_length), xp.int32)],
+            jit_compile,
+            model.variables,
         )
     return prefill, step
 
@@ -62,13 +62,13 @@ def decoding_steps(model, batch, total, use_cache, jit_compile):
         logits, state["cache"] = run_prefill(
             xp.constant(tokens), state["cache"], xp.constant(0)
         )
-        return logits.numpy()
+        return to_numpy(logits)
 
     def step(tokens, index):
         logits, state["cache"] = run_step(
             xp.constant(tokens), state["cache"], xp.constant(index, xp.int32)
         )
-        return logits.numpy()
+        return to_numpy(logits)
 
     return prefill, step
 
@@ -79,10 +79,10 @@ def _full_steps(model, batch, total, jit_compile):
 
     def prefill(tokens):
         buffer[:, : tokens.shape[1]] = tokens
-        return full(buffer).numpy()[:, tokens.shape[1] - 1]
+        return to_numpy(full(buffer))[:, tokens.shape[1] - 1]
 
     def step(tokens, index):
         buffer[:, index] = tokens[:, 0]  # later slots are never read
-        return full(buffer).numpy()[:, index]
+        return to_numpy(full(buffer))[:, index]
 
     return prefill, step

@@ -14,6 +14,7 @@ import pathlib
 import re
 import sys
 
+from keras_posenc._backend import BACKENDS
 from keras_posenc.models.methods import (
     LOCAL_METHODS,
     LSH_METHODS,
@@ -37,6 +38,8 @@ COLUMNS = (
     "block-local",
     "LSH",
     "packed",
+    "JAX",
+    "PyTorch",
 )
 
 
@@ -55,6 +58,7 @@ class Capabilities:
     block_local: bool
     lsh: bool
     packed: bool
+    backends: dict
 
     def cells(self):
         """The row's cells, `COLUMNS` order: `yes`, or `-` for no."""
@@ -70,6 +74,8 @@ class Capabilities:
             self.block_local,
             self.lsh,
             self.packed,
+            self.backends["jax"],
+            self.backends["torch"],
         )
         record = METHODS[self.method]
         what, paper = record.summary, record.paper
@@ -86,7 +92,10 @@ def capabilities(method):
     streaming needs positions that live in the attention
     (`TransformerStack.streaming_blocker` of a causal stack); every method
     builds encoders and causal LMs, block-local and on packed rows;
-    grouped-query attention where the stack takes `num_key_value_heads`.
+    grouped-query attention where the stack takes `num_key_value_heads`;
+    `backends` `{backend: bool}` from the row (`PositionMethod.backends`:
+    train, generate, `.keras` across backends; QAT and export are
+    TensorFlow's).
     """
     record = METHODS[method]
     stack = TransformerStack(method, 8, 1, 2, causal=True)
@@ -102,6 +111,7 @@ def capabilities(method):
         block_local=method in LOCAL_METHODS,
         lsh=method in LSH_METHODS,
         packed=True,
+        backends={b: b in record.backends for b in BACKENDS},
     )
 
 

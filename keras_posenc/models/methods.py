@@ -9,6 +9,7 @@ position generator network feeds the layers, and which block the layers are.
 import dataclasses
 
 from keras_posenc import _checks
+from keras_posenc._backend import BACKENDS
 from keras_posenc.layers.combined_position_input import CombinedPositionInput
 from keras_posenc.layers.contextual_position import ContextualPosition
 from keras_posenc.layers.data_adaptive_bias import DataAdaptiveBias
@@ -97,6 +98,12 @@ class PositionMethod:
     contextual: bool = False
     options: dict = dataclasses.field(default_factory=dict)
     defaults: object = None
+
+    @property
+    def backends(self):
+        """The Keras backends the method trains and generates on: all of
+        `BACKENDS` (its layers are written with `xp`, keras_posenc/_backend.py)."""
+        return BACKENDS
 
     def resolve_options(self, position_options, max_length):
         """`{part: constructor kwargs}` from the defaults and the user's options."""

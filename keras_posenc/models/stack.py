@@ -14,7 +14,7 @@ import types
 
 from keras_posenc import _checks, ops
 from keras_posenc._backend import xp
-from keras_posenc._compat import keras
+from keras_posenc._compat import keras, rank
 from keras_posenc.layers.combined_position_input import CombinedPositionInput
 from keras_posenc.layers.hierarchical_position_network import (
     HierarchicalPositionNetwork,
@@ -380,7 +380,7 @@ class TransformerStack:
         """`{"max_length": S_max}` of a decoding cache (`{}` without one)."""
         if cache is None:
             return {}
-        return {"max_length": next(c.shape[2] for c in cache if c.shape.rank == 4)}
+        return {"max_length": next(c.shape[2] for c in cache if rank(c) == 4)}
 
     def _encode_input(self, x, start_index=0, positions=None, segment_ids=None):
         """The absolute encoding added to the embeddings `x`.
@@ -606,6 +606,7 @@ def _check_grouped(num_key_value_heads, heads, attention_type, method):
 
 
 def _check_quantize(quantize, position):
+    _checks.rounds_on_tensorflow("quantize", quantize)
     if quantize and position not in QUANTIZED_METHODS:
         _checks.fail(
             "quantize",

@@ -10,7 +10,7 @@ import contextvars
 import numpy as np
 import tensorflow as tf
 
-from keras_posenc._backend import xp
+from keras_posenc._backend import IS_TENSORFLOW, xp
 from keras_posenc._compat import dim, rank
 
 #: In float, masked logits become FLOAT_MASK_VALUE: the float32 softmax gives
@@ -220,6 +220,8 @@ def in_xla():
     it, the plain-graph form is used everywhere, which is correct, only
     slower under XLA).
     """
+    if not IS_TENSORFLOW:  # JAX traces with static sizes; PyTorch takes them too
+        return True
     if not tf.inside_function():
         return False
     try:

@@ -16,7 +16,7 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.compiler.tf2xla.python.xla import dynamic_update_slice
 
-from keras_posenc._backend import xp
+from keras_posenc._backend import IS_TENSORFLOW, xp
 from keras_posenc._compat import dim, rank
 from keras_posenc.ops.attention import in_xla
 
@@ -244,12 +244,14 @@ def update_slice(operand, update, index, axis):
     index = xp.cast(index, xp.int32)
     if _STATIC.get() or in_xla():
         start = [0] * axis + [index] + [0] * (rank(operand) - axis - 1)
+        if not IS_TENSORFLOW:
+            return xp.ops.slice_update(operand, start, xp.cast(update, operand.dtype))
         return dynamic_update_slice(operand, update, start)
     if _IN_PLACE.get():
         return _write_in_place(operand, update, index, axis)
     shape = xp.shape(update)
     ranges = [xp.range(shape[i]) for i in range(axis + 1)]
-    ranges[axis] += index
+    ranges[axis] = ranges[axis] + index
     where = xp.stack(xp.meshgrid(*ranges, indexing="ij"), axis=-1)  # (..., axis+1)
     return xp.tensor_scatter_nd_update(operand, where, update)
 

@@ -41,7 +41,7 @@ def contextual_positions(
     """
     gates = xp.sigmoid(xp.cast(logits, xp.float32))
     if mask is not None:
-        gates *= xp.cast(mask, xp.float32)
+        gates = gates * xp.cast(mask, xp.float32)
     if not bidirectional:
         positions = running_sum(gates, reverse=True)
         return xp.minimum(positions, float(max_position))

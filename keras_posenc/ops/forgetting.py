@@ -202,7 +202,7 @@ def step_sums(log_forward, sums, index):
     """
     index = xp.cast(index, xp.int32)
     previous = xp.gather(sums, xp.maximum(index - 1, 0), axis=1)  # (B, N)
-    previous *= xp.cast(index > 0, previous.dtype)
+    previous = previous * xp.cast(index > 0, previous.dtype)
     running = previous[:, None, :] + xp.cumsum(log_forward, axis=1)  # (B, T, N)
     return running, write_rows(sums, running, index)
 

@@ -54,7 +54,7 @@ def fire_distances(query_positions, key_positions, c, threshold, bidirectional):
     relative = q[..., :, None] - k[..., None, :]  # (..., T, S): i - j
     psi = xp.math.log1p(xp.abs(c * relative))
     if bidirectional:
-        psi *= xp.sign(relative)
+        psi = psi * xp.sign(relative)
     normalizer = xp.maximum(q, xp.cast(threshold, xp.float32))  # (..., T)
     normalizer = xp.math.log1p(xp.abs(c * normalizer))[..., :, None]  # (..., T, 1)
     return psi / (normalizer + 1e-6)
@@ -80,7 +80,7 @@ def data_adaptive_term(logits, bias, weights, num_heads, negative_slope=0.01):
     if list(bias.shape[1:]) != list(logits.shape[1:]):
         bias = xp.broadcast_to(bias, xp.concat([xp.shape(bias)[:1], shape[1:]], 0))
     hidden = _pairs_through(logits, logit_kernel, num_heads)  # (B, P, W)
-    hidden += _pairs_through(xp.cast(bias, xp.float32), bias_kernel, num_heads)
+    hidden = hidden + _pairs_through(xp.cast(bias, xp.float32), bias_kernel, num_heads)
     hidden = xp.nn.leaky_relu(hidden + hidden_bias, alpha=negative_slope)
     width = hidden.shape[-1]
     rows = xp.reshape(hidden, [-1, width])  # (B * P, W)

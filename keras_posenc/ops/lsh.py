@@ -20,7 +20,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_posenc._backend import IS_TENSORFLOW, xp
-from keras_posenc._compat import dim, rank
+from keras_posenc._compat import dim, dtype_name, is_integer, rank
 from keras_posenc.ops.attention import FLOAT_MASK_VALUE
 
 #: The logit of a query against itself (Reformer's self mask): above a
@@ -141,7 +141,7 @@ def lsh_attention(
     if pair_bias is not None:
         last = length - 1
         clip = [xp.clip_by_value(x, 0, last) for x in (q_index, k_index)]
-        logits += pair_bias(*clip)
+        logits = logits + pair_bias(*clip)
     self_pair = k_index[..., None, :] == q_index[..., :, None]
     logits = xp.where(self_pair, SELF_VALUE, logits)  # (B, N, R, nc, C, 2C)
     logits = xp.where(allowed, logits, FLOAT_MASK_VALUE)
@@ -169,7 +169,7 @@ def _hash_order(key, real, hashing, length):
     hashed = xp.where(real[:, None, None, :], hashed, buckets)  # masked: last
     # (bucket, position) as one unique int64 key: a total order, no overflow.
     ticket = xp.cast(hashed, xp.int64) * xp.cast(padded, xp.int64)
-    ticket += xp.range(padded, dtype=xp.int64)
+    ticket = ticket + xp.range(padded, dtype=xp.int64)
     return xp.argsort(ticket, axis=-1)
 
 
@@ -187,14 +187,14 @@ def _allowed(by_order, indices, real, runs, causal):
     every = xp.shape(q_index)[:2]
     every = xp.concat([every, xp.shape(real)[1:]], 0)  # (B, N, Tp)
     allowed = _band(by_order(xp.broadcast_to(real[:, None, :], every)))
-    allowed &= k_index >= 0
+    allowed = allowed & (k_index >= 0)
     allowed = allowed[..., None, :]  # (B, N, R, nc, 1, 2C)
     if causal:
-        allowed &= k_index[..., None, :] <= q_index[..., :, None]
+        allowed = allowed & (k_index[..., None, :] <= q_index[..., :, None])
     if runs is not None:
         runs = _pad(runs, dim(real, 1), axis=1, value=-1)[:, None]  # (B, 1, Tp)
         q_run = by_order(xp.broadcast_to(runs, every))
-        allowed &= _band(q_run)[..., None, :] == q_run[..., :, None]
+        allowed = allowed & (_band(q_run)[..., None, :] == q_run[..., :, None])
     return allowed
 
 
@@ -236,8 +236,8 @@ def _unchunked(x, padded):
 
 def _blank(x):
     """What stands before the first chunk: index -1, mask False, zeros."""
-    if x.dtype == xp.bool:
+    if dtype_name(x.dtype) == "bool":
         return False
-    if x.dtype.is_integer:
+    if is_integer(x):
         return xp.constant(-1, x.dtype)
     return xp.constant(0, x.dtype)

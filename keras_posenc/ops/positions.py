@@ -67,7 +67,7 @@ def t5_relative_position_bucket(
     n = -relative_position
     if bidirectional:
         num_buckets //= 2
-        bucket += xp.cast(n < 0, xp.int32) * num_buckets
+        bucket = bucket + xp.cast(n < 0, xp.int32) * num_buckets
         n = xp.abs(n)
     else:
         n = xp.maximum(n, 0)

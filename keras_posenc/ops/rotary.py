@@ -54,7 +54,7 @@ def _yarn(inv, r, base, p, length):
         low, high = math.floor(low), math.ceil(high)
     low, high = max(low, 0), min(high, r - 1)
     if low == high:
-        high += 0.001  # no division by zero
+        high = high + 0.001  # no division by zero
     ramp = np.clip((np.arange(r // 2) - low) / (high - low), 0.0, 1.0)
     keep = 1.0 - ramp  # 1: original frequency (fast), 0: interpolated (slow)
     return inv / s * (1.0 - keep) + inv * keep

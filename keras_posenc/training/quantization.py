@@ -37,7 +37,7 @@ from keras_posenc.layers.token_embedding import TokenEmbedding
 from keras_posenc.models.causal_lm import CausalLM
 from keras_posenc.models.methods import QUANTIZED_METHODS  # noqa: F401 (public)
 from keras_posenc.ops.quantization import KERNEL_BITS
-from keras_posenc.utils import nested_layers
+from keras_posenc.utils import nested_layers, require_tensorflow
 
 #: Package layers rebuilt with `quantize=True`.
 ROUNDING_LAYERS = (
@@ -73,6 +73,7 @@ def quantize_model(model, kernel_bits=8):
         `qat_model(x, training=True)`, which changes no weight): until then
         `tflite_export` refuses to convert it.
     """
+    require_tensorflow("quantize_model")
     if kernel_bits not in KERNEL_BITS or isinstance(kernel_bits, bool):
         raise ValueError(
             f"`kernel_bits` must be 8 or 4. Received: kernel_bits={kernel_bits!r}"

@@ -14,7 +14,7 @@ import numbers
 
 from keras_posenc import _checks, ops
 from keras_posenc._backend import xp
-from keras_posenc._compat import dim, rank
+from keras_posenc._compat import dim, is_integer, rank
 from keras_posenc.layers._rounding import rounder
 
 #: The key cache's and the value cache's ranges (each int8 tensor its own).
@@ -275,12 +275,14 @@ class CachedDecoding:
         )  # (T, S, r/2)
         scale = self.rotary.attention_factor  # the keys' factor, on this side
         if self._scale_in_rotation():
-            scale *= self._query_scale
+            scale = scale * self._query_scale
         cos, sin = cos * scale, sin * scale
         keys = self._every_query_head(keys, axis=1)  # grouped-query: repeated
         return ops.rotary.turned_logits(q, keys, cos, sin, self.rotary.interleaved)
 
-    def _check_cache(self, query, cache, cache_update_index, **call_arguments):
+    def _check_cache(
+        self, query, cache, cache_update_index, sink_tokens=None, **call_arguments
+    ):
         """Cached decoding is self-attention of new tokens at the cache's positions."""
         if cache_update_index is None:
             raise ValueError(
@@ -290,7 +292,10 @@ class CachedDecoding:
         slots = _check_cache_shape(
             cache, self.num_key_value_heads, self.key_dim, self.value_dim
         )
-        _check_cache_index(cache_update_index, query.shape[1], slots)
+        rolling = sink_tokens is not None  # positions past the slots roll over
+        _check_cache_index(
+            cache_update_index, query.shape[1], None if rolling else slots
+        )
         cope = self.contextual_position
         if cope is not None and cope.bidirectional:
             raise ValueError(
@@ -390,7 +395,7 @@ def _check_cache_index(index, length, max_length):
     """
     if isinstance(index, bool) or not (
         isinstance(index, numbers.Integral)
-        or (xp.is_tensor(index) and index.dtype.is_integer)
+        or (xp.is_tensor(index) and is_integer(index))
     ):
         raise TypeError(
             "`cache_update_index` must be an integer or an integer scalar tensor. "

@@ -105,6 +105,7 @@ def _checked_layers(given, heads, key_dim):
     quantize = given["quantize"]
     if quantize not in (False, True, "cache"):
         _checks.fail("quantize", "False, True or 'cache'", quantize)
+    _checks.rounds_on_tensorflow("quantize", quantize)
     if quantize and rotary is not None:
         _rope_checks.check_quantized_rotary(rotary, key_dim)
     contextual_position = optional_layer(

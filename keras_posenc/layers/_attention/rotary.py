@@ -122,7 +122,7 @@ class RotaryAttention:
         """
         limit = abs(self.rotary.attention_factor)
         if side == "query":
-            limit *= self._query_scale
+            limit = limit * self._query_scale
         if rows is not None:
             where = ops.position_range(max_length)[:, None]  # (S_max, 1)
         cos, sin = self.rotary.cos_sin(where, side)
