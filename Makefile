@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed-stamp
 LINT_PATHS := $(wildcard keras_posenc tflite_export examples tests benchmarks)
 export TF_CPP_MIN_LOG_LEVEL ?= 3
 
-.PHONY: install demo check test test-keras3 test-keras2 lint format bench bench-quick clean
+.PHONY: install demo check test test-keras3 test-keras2 test-jax test-torch lint format bench bench-quick clean
 
 $(STAMP): setup.cfg pyproject.toml
 	@echo "[1/3] creating $(VENV) with $(PYTHON)"
@@ -42,18 +42,33 @@ test-keras3: install
 test-keras2: install
 	TF_USE_LEGACY_KERAS=1 $(PY) -m pytest -q tests
 
-# Both Keras modes side by side (2 cores, one thread each: 10% faster than
-# two processes of two threads), each listing its 15 slowest tests (the
-# budget is 20 minutes); the Keras 2 log is printed after.
-ONE_THREAD := TF_NUM_INTRAOP_THREADS=1 TF_NUM_INTEROP_THREADS=1 OMP_NUM_THREADS=1
+# Two lanes on the two cores, one thread each (10% faster than two
+# processes of two threads): Keras 3 on TensorFlow; Keras 2, then
+# tests/backends on JAX and on PyTorch. Each pass lists its 15 slowest
+# tests; the second lane's log is printed after.
+ONE_THREAD := TF_NUM_INTRAOP_THREADS=1 TF_NUM_INTEROP_THREADS=1 OMP_NUM_THREADS=1 \
+	XLA_FLAGS=--xla_cpu_multi_thread_eigen=false
+BACKEND_TESTS := tests/backends
 test: lint
-	@$(ONE_THREAD) TF_USE_LEGACY_KERAS=1 $(PY) -m pytest -q --durations=15 tests \
-		> .pytest-keras2.log 2>&1 & \
-	keras2=$$!; \
+	@( $(ONE_THREAD) TF_USE_LEGACY_KERAS=1 $(PY) -m pytest -q --durations=15 tests; \
+	   failed=$$?; \
+	   for backend in jax torch; do \
+	     echo "--- tests/backends, KERAS_BACKEND=$$backend ---"; \
+	     $(ONE_THREAD) KERAS_BACKEND=$$backend $(PY) -m pytest -q --durations=15 \
+	       $(BACKEND_TESTS) || failed=1; \
+	   done; exit $$failed ) > .pytest-lane2.log 2>&1 & \
+	lane2=$$!; \
 	$(ONE_THREAD) $(PY) -m pytest -q --durations=15 tests; keras3=$$?; \
-	wait $$keras2; keras2=$$?; \
-	echo "--- Keras 2 (TF_USE_LEGACY_KERAS=1) ---"; cat .pytest-keras2.log; \
-	exit $$(( keras3 || keras2 ))
+	wait $$lane2; lane2=$$?; \
+	echo "--- Keras 2 (TF_USE_LEGACY_KERAS=1) ---"; cat .pytest-lane2.log; \
+	exit $$(( keras3 || lane2 ))
+
+# One backend's pass of tests/backends (the TensorFlow pass runs it in `make test-keras3`).
+test-jax: install
+	KERAS_BACKEND=jax $(PY) -m pytest -q $(BACKEND_TESTS)
+
+test-torch: install
+	KERAS_BACKEND=torch $(PY) -m pytest -q $(BACKEND_TESTS)
 
 bench: install
 	$(PY) -m benchmarks $(BENCH_ARGS)
