@@ -70,10 +70,18 @@ test-jax: install
 test-torch: install
 	KERAS_BACKEND=torch $(PY) -m pytest -q $(BACKEND_TESTS)
 
-bench: install
+# litert-torch (the second export path, measured by `litert_torch`) only for
+# the benchmarks: it pins typing_extensions and pulls transformers.
+LITERT_TORCH := $(VENV)/.litert-torch-stamp
+$(LITERT_TORCH): $(STAMP)
+	$(PY) -m pip install --progress-bar off -e '.[litert_torch]' \
+		| sed -u -n -E '/^(Collecting|Successfully installed)/p'
+	touch $(LITERT_TORCH)
+
+bench: install $(LITERT_TORCH)
 	$(PY) -m benchmarks $(BENCH_ARGS)
 
-bench-quick: install
+bench-quick: install $(LITERT_TORCH)
 	$(PY) -m benchmarks --quick $(BENCH_ARGS)
 
 clean:

@@ -7,10 +7,12 @@ from types import SimpleNamespace
 
 from benchmarks import (
     accuracy,
+    backends,
     content,
     edge,
     fire,
     generate,
+    litert_torch,
     litertlm,
     lm,
     lm_edge,
@@ -56,6 +58,8 @@ BENCHMARKS = {
     "qat_lm": SimpleNamespace(run=qat.run_lm),
     "qat_generators": SimpleNamespace(run=qat.run_generators),
     "qat_fidelity": SimpleNamespace(run=qat.run_fidelity),
+    "backends": backends,  # a child process per Keras 3 backend
+    "litert_torch": litert_torch,  # a PyTorch child converts, this one compares
 }
 
 

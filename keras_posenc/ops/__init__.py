@@ -1,4 +1,7 @@
-"""Pure TensorFlow functions: no Keras state, float32 position math.
+"""Pure tensor functions: no Keras state, float32 position math.
+
+Written with `xp` (keras_posenc/_backend.py): TensorFlow's own functions on
+TensorFlow, `keras.ops` on JAX and PyTorch.
 
 `keras_posenc.ops` gathers the position functions (`positions`), the
 attention plumbing (`attention`: masks, head layout) and the block-local
