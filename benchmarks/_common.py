@@ -101,6 +101,18 @@ def summary(values):
     return f"{values.mean():.3f} ±{(values.max() - values.min()) / 2:.3f}"
 
 
+def interleaved(runs, rounds):
+    """`{name: [seconds]}` of each of `runs` (`{name: call}`) over `rounds`
+    rounds, each round calling every one in turn."""
+    times = {name: [] for name in runs}
+    for _ in range(rounds):
+        for name, fn in runs.items():
+            start = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - start)
+    return times
+
+
 def write(name, title, header, rows, notes=(), figure=None):
     """Writes `results/NAME.md` (and `NAME.png`) and prints the table."""
     RESULTS.mkdir(exist_ok=True)

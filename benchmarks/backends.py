@@ -22,11 +22,10 @@ import json
 import os
 import subprocess
 import sys
-import time
 
 import numpy as np
 
-from benchmarks._common import write
+from benchmarks._common import interleaved, write
 
 BACKENDS = ("tensorflow", "jax", "torch")
 PROMPT, TOTAL = 16, 256
@@ -99,12 +98,7 @@ def _timed(runs, rounds):
     """`{name: (median, slowest, fastest)}` seconds of each call, interleaved."""
     for fn in runs.values():
         fn()  # trace and compile
-    times = {name: [] for name in runs}
-    for _ in range(rounds):
-        for name, fn in runs.items():
-            start = time.perf_counter()
-            fn()
-            times[name].append(time.perf_counter() - start)
+    times = interleaved(runs, rounds)
     return {name: (np.median(t), max(t), min(t)) for name, t in times.items()}
 
 

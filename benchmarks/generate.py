@@ -17,7 +17,7 @@ import numpy as np
 import tensorflow as tf
 
 from benchmarks import peers
-from benchmarks._common import write
+from benchmarks._common import interleaved, write
 from keras_posenc.models import build_causal_lm
 
 WIDTH, LAYERS, HEADS, VOCAB = 128, 2, 4, 256
@@ -152,10 +152,4 @@ def _rounds(model, peer, prompts, inputs, new, jit, rounds):
     first["ours, new max_new_tokens"] = time.perf_counter() - start
     generated = runs["keras-hub"]()["token_ids"]
     assert (generated[:, PROMPT:] != 0).any(), "keras-hub generated nothing"
-    times = {name: [] for name in runs}
-    for _ in range(rounds):
-        for name, fn in runs.items():
-            start = time.perf_counter()
-            fn()
-            times[name].append(time.perf_counter() - start)
-    return times, first
+    return interleaved(runs, rounds), first

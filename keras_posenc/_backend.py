@@ -261,9 +261,17 @@ class KerasOps:
         return self.ops.pad(x, _static(paddings), constant_values=constant_values)
 
     def slice(self, x, begin, size):
-        shape = self.ops.shape(x)
-        size = [shape[i] - begin[i] if s == -1 else s for i, s in enumerate(size)]
-        return self.ops.slice(x, begin, size)
+        """A slice from `begin` (ints or scalar tensors) of static `size`:
+        rows taken at tensor offsets, so a traced offset (an export's
+        `torch.export`) leaves every shape static."""
+        for axis, (start, count) in enumerate(zip(begin, size)):
+            if self.is_tensor(start):
+                rows = self.ops.arange(count) + self.ops.cast(start, "int32")
+                x = self.ops.take(x, rows, axis=axis)
+            elif start or count != -1:
+                end = None if count == -1 else start + count
+                x = x[(slice(None),) * axis + (slice(start, end),)]
+        return x
 
     def tile(self, x, multiples):
         return self.ops.tile(x, _static(multiples))
