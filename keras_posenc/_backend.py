@@ -333,9 +333,8 @@ def compiled(function, signature, jit_compile, variables):
     TensorFlow: a `tf.function` of `signature` (XLA with `jit_compile`).
     JAX: `jax.jit` (always XLA), the `variables`' current values passed in
     at each call, so a trained model never decodes with stale weights.
-    PyTorch: `function` itself, eager: Keras compiles only its own train and
-    predict steps there (`torch.compile` of a loop over Keras layers is not
-    something Keras supports).
+    PyTorch: `function` itself, eager (Keras' `jit_compile` there covers its
+    own train and predict steps; `torch.compile` of this loop was not tried).
     """
     if IS_TENSORFLOW:
         return tf.function(
