@@ -73,6 +73,7 @@ class KerasOps:
         self.abs, self.exp, self.sin, self.cos = ops.abs, ops.exp, ops.sin, ops.cos
         self.floor, self.round, self.sign = ops.floor, ops.round, ops.sign
         self.square, self.sigmoid, self.pow = ops.square, ops.sigmoid, ops.power
+        self.tanh = ops.tanh
         self.maximum, self.minimum = ops.maximum, ops.minimum
         self.equal, self.not_equal = ops.equal, ops.not_equal
         self.logical_and = ops.logical_and
@@ -94,6 +95,7 @@ class KerasOps:
             ceil=ops.ceil,
             rsqrt=ops.rsqrt,
             log_sigmoid=ops.log_sigmoid,
+            erf=ops.erf,
             l2_normalize=lambda x, axis=-1: ops.normalize(x, axis=axis, order=2),
             unsorted_segment_sum=lambda x, ids, n: self._segments(
                 ops.segment_sum, x, ids, n

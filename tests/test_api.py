@@ -107,6 +107,7 @@ def _example_instance(cls):
         "vocab_size": 10,
         "output_dim": 4,
         "units": 4,
+        "intermediate_dim": 8,
         "static_bias": keras_posenc.KerpleBias(2),
     }
     params = inspect.signature(cls.__init__).parameters
@@ -169,11 +170,12 @@ def test_the_attention_class_reads_in_one_sitting():
 #: Wider than 12, each for the keywords Keras users pass by name: the
 #: attention's window and key heads (keras-hub's and Keras'
 #: `GroupedQueryAttention`'s names), taken the same way by the builders, and
-#: the attention's kernel grid for int4 LMs (an argument, not a context).
+#: the attention's kernel grid for int4 LMs (an argument, not a context);
+#: the LM's `block_options`, the one dict of its layers' make-up.
 WIDER = {
     "RelativeMultiHeadAttention.__init__": 16,
     "build_encoder": 15,
-    "CausalLM.__init__": 13,
+    "CausalLM.__init__": 14,
 }
 
 

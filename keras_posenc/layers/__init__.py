@@ -7,7 +7,9 @@ from keras_posenc.layers.combined_position_input import (
 )
 from keras_posenc.layers.contextual_position import ContextualPosition
 from keras_posenc.layers.data_adaptive_bias import DataAdaptiveBias
+from keras_posenc.layers.decoder_attention import DecoderAttention
 from keras_posenc.layers.dynamic_position_bias import DynamicPositionBias
+from keras_posenc.layers.feed_forward import FeedForward
 from keras_posenc.layers.fire_bias import FireBias
 from keras_posenc.layers.forgetting_gate import ForgettingGate
 from keras_posenc.layers.gated_position_fusion import (
@@ -28,6 +30,7 @@ from keras_posenc.layers.relative_multi_head_attention import (
     RelativeMultiHeadAttention,
 )
 from keras_posenc.layers.relative_position_bias import RelativePositionBias
+from keras_posenc.layers.rms_norm import RMSNorm
 from keras_posenc.layers.rotary_embedding import RotaryEmbedding
 from keras_posenc.layers.segment_positions import SegmentPositions
 from keras_posenc.layers.sinusoidal_position_encoding import (
@@ -40,7 +43,9 @@ __all__ = [
     "CombinedPositionInput",
     "ContextualPosition",
     "DataAdaptiveBias",
+    "DecoderAttention",
     "DynamicPositionBias",
+    "FeedForward",
     "FireBias",
     "ForgettingGate",
     "GatedPositionFusion",
@@ -54,6 +59,7 @@ __all__ = [
     "RecursivePositionUpdate",
     "RelativeMultiHeadAttention",
     "RelativePositionBias",
+    "RMSNorm",
     "RotaryEmbedding",
     "SegmentPositions",
     "SinusoidalPositionEncoding",

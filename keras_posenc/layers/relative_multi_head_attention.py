@@ -444,10 +444,14 @@ class RelativeMultiHeadAttention(
             )
         )
         k = q if shared else k
+        q, k = self._normalize_heads(q, k)
         if self._scale_in_rotation():
             return q, k, v
         scaled = q * xp.cast(self._query_scale, q.dtype)
         return rounder(self.rounding, training)("scaled_query", scaled), k, v
+
+    def _normalize_heads(self, q, k):  # a subclass's per-head norms
+        return q, k
 
     @property
     def _query_scale(self):
@@ -460,13 +464,13 @@ class RelativeMultiHeadAttention(
         rounding = {"training": training} if self.quantize else {}
         return self._output_dense(xp.reshape(context, shape), **rounding)
 
-    def _dense(self, units, name):
+    def _dense(self, units, name, use_bias=None):
         bits = {"kernel_bits": self.kernel_bits} if self.quantize else {}
         dense = QuantizedDense if self.quantize else keras.layers.Dense
         return dense(
             units,
             **bits,
-            use_bias=self.use_bias,
+            use_bias=self.use_bias if use_bias is None else use_bias,
             kernel_initializer=clone_initializer(self.kernel_initializer),
             bias_initializer=clone_initializer(self.bias_initializer),
             dtype=self.dtype_policy,

@@ -25,10 +25,13 @@ class TokenEmbedding(keras.layers.Layer):
             tensor) for quantization-aware training. Defaults to False.
 
     Call arguments:
-        inputs: integer tensor `(B, T)` of ids in `[0, vocab_size)`.
+        inputs: integer tensor `(B, T)` of ids in `[0, vocab_size)`, or with
+            `reverse` vectors `(B, T, D)`.
+        reverse: bool, the tied output head: `x E^T`, logits `(B, T, V)`
+            (keras-hub's `ReversibleEmbedding`). Defaults to `False`.
 
     Returns:
-        A `(B, T, D)` tensor.
+        A `(B, T, D)` tensor (`reverse`: `(B, T, V)`).
 
     Example:
 
@@ -73,18 +76,29 @@ class TokenEmbedding(keras.layers.Layer):
         )
         self.built = True
 
-    def call(self, inputs):
+    def call(self, inputs, reverse=False):
         table = self.embeddings
         if self.quantize:  # the int8 table, rows gathered as they are
             table = quantization.fake_quant_weight(table)
+        if reverse:  # tied output head: (B, T, D) -> (B, T, V)
+            x = xp.cast(inputs, table.dtype)
+            logits = xp.matmul(x, xp.cast(table, x.dtype), transpose_b=True)
+            return xp.cast(logits, self.compute_dtype)
         ids = xp.cast(inputs, xp.int32)
         return xp.cast(xp.gather(table, ids), self.compute_dtype)
 
     def compute_output_shape(self, input_shape):
         return tuple(input_shape) + (self.output_dim,)
 
-    def compute_mask(self, inputs, mask=None):
-        if not self.mask_zero:
+    def compute_output_spec(self, inputs, reverse=False):
+        # Keras 3 only: the symbolic output of either direction.
+        shape = tuple(inputs.shape[:-1]) + (self.vocab_size,)
+        if not reverse:
+            shape = self.compute_output_shape(inputs.shape)
+        return keras.KerasTensor(shape, dtype=self.compute_dtype)
+
+    def compute_mask(self, inputs, mask=None, reverse=False):
+        if reverse or not self.mask_zero:
             return None
         return not_equal(inputs, 0)
 

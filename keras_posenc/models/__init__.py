@@ -3,11 +3,13 @@
 `keras_posenc.models` holds the builders (`build_encoder`,
 `build_classifier`, `build_token_classifier`, `build_causal_lm`), the
 `CausalLM` class, and the method table (`METHODS`) that every builder
-assembles through one `TransformerStack`.
+assembles through one `TransformerStack` (or, with `block_options`, the
+described `DecoderStack`); `from_hf` loads a Hugging Face checkpoint folder.
 """
 
-from keras_posenc.models import capabilities
+from keras_posenc.models import blocks, capabilities, families
 from keras_posenc.models.causal_lm import CausalLM, build_causal_lm
+from keras_posenc.models.decoder_stack import DecoderStack
 from keras_posenc.models.encoder import (
     POSITION_METHODS,
     RELATIVE_METHODS,
@@ -15,6 +17,7 @@ from keras_posenc.models.encoder import (
     build_encoder,
     build_token_classifier,
 )
+from keras_posenc.models.families import from_hf
 from keras_posenc.models.methods import (
     LOCAL_METHODS,
     LSH_METHODS,
@@ -33,12 +36,16 @@ __all__ = [
     "RELATIVE_METHODS",
     "SHARED_BIAS_METHODS",
     "CausalLM",
+    "DecoderStack",
     "PackedModel",
     "PositionMethod",
     "TransformerStack",
     "build_causal_lm",
     "build_classifier",
     "build_encoder",
+    "blocks",
     "build_token_classifier",
     "capabilities",
+    "families",
+    "from_hf",
 ]

@@ -9,6 +9,7 @@ from keras_posenc.layers.quantized_dense import QuantizedDense
 from keras_posenc.layers.rotary_embedding import RotaryEmbedding
 from keras_posenc.layers.token_embedding import TokenEmbedding
 from keras_posenc.models._generating import MAX_COMPILED_STEPS, Generating
+from keras_posenc.models.decoder_stack import DecoderStack
 from keras_posenc.models.options import DEFAULT_MAX_LENGTH
 from keras_posenc.models.packed import SegmentIdsCheck
 from keras_posenc.models.stack import (
@@ -65,6 +66,9 @@ class CausalLM(SegmentIdsCheck, Generating, keras.Model):
             (generation keeps the band). Defaults to `None`.
         num_key_value_heads: int or None, grouped-query attention: a cache
             of that many key and value heads. Defaults to `None`.
+        block_options: dict or None, what each layer is made of (keys of
+            `models.blocks.BlockOptions`, `docs/decoders.md`); None keeps the
+            package's first block. Defaults to `None`.
         **kwargs: `name` (default `"causal_lm"`) and `trainable`.
 
     Example:
@@ -92,6 +96,7 @@ class CausalLM(SegmentIdsCheck, Generating, keras.Model):
         packed=False,
         attention_window=None,
         num_key_value_heads=None,
+        block_options=None,
         **kwargs,
     ):
         given = {k: v for k, v in locals().items() if k in CONFIG_KEYS}
@@ -102,7 +107,7 @@ class CausalLM(SegmentIdsCheck, Generating, keras.Model):
                 f"CausalLM got unexpected keyword arguments {sorted(kwargs)}. It "
                 "takes the arguments of build_causal_lm (vocab_size, hidden_dim, "
                 "..., position_options, attention_options, attention_window, "
-                "num_key_value_heads)"
+                "num_key_value_heads, block_options)"
             )
         if not (isinstance(quantize, bool) or quantize == "int4"):
             _checks.fail(
@@ -111,20 +116,10 @@ class CausalLM(SegmentIdsCheck, Generating, keras.Model):
                 quantize,
             )
         given["vocab_size"] = _checks.positive_int("vocab_size", vocab_size)
-        stack = TransformerStack(  # checks every option, once
-            position,
-            hidden_dim,
-            num_layers,
-            num_heads,
-            dropout,
-            position_options=position_options,
-            attention_options=attention_options,
-            causal=True,
-            quantize=bool(quantize),
-            attention_window=attention_window,
-            num_key_value_heads=num_key_value_heads,
-            kernel_bits=4 if quantize == "int4" else 8,
-        )
+        if block_options is not None:
+            stack = _decoder_stack(given)
+        else:
+            stack = _legacy_stack(given)
         config = _checked_config(given, stack.max_length)
         inputs, logits, embedding, head = _language_model(stack, config)
         super().__init__(inputs, logits, name=name, **keras_keywords)
@@ -166,7 +161,10 @@ class CausalLM(SegmentIdsCheck, Generating, keras.Model):
     def get_config(self):
         config = {"name": self.name, "trainable": self.trainable, **self._lm_config}
         rotary = [x for x in nested_layers(self) if isinstance(x, RotaryEmbedding)]
-        if rotary:  # the scaling in force (`utils.set_rope_scaling` changes it)
+        per_layer = "layer_rope" in (config["position_options"] or {})
+        if (
+            rotary and not per_layer
+        ):  # the scaling in force (`utils.set_rope_scaling` changes it)
             options = dict(config["position_options"] or {})
             options.update(
                 rope_type=rotary[0].rope_type,
@@ -294,7 +292,51 @@ CONFIG_KEYS = (
     "packed",
     "attention_window",
     "num_key_value_heads",
+    "block_options",
 )
+
+
+def _legacy_stack(given):
+    """The package's first stack (post-norm blocks), every option checked."""
+    quantize = given["quantize"]
+    return TransformerStack(
+        given["position"],
+        given["hidden_dim"],
+        given["num_layers"],
+        given["num_heads"],
+        given["dropout"],
+        position_options=given["position_options"],
+        attention_options=given["attention_options"],
+        causal=True,
+        quantize=bool(quantize),
+        attention_window=given["attention_window"],
+        num_key_value_heads=given["num_key_value_heads"],
+        kernel_bits=4 if quantize == "int4" else 8,
+    )
+
+
+def _decoder_stack(given):
+    """The stack `block_options` describe; refuses what it has no form for."""
+    for name, off in (("quantize", False), ("attention_options", None)):
+        if given[name] not in (off, None, {}):
+            _checks.fail(
+                name,
+                f"{off!r} with block_options (their blocks' int8 rounding and "
+                "LSH hashing are not built; int8 export quantizes after "
+                "training)",
+                given[name],
+            )
+    return DecoderStack(
+        given["position"],
+        given["hidden_dim"],
+        given["num_layers"],
+        given["num_heads"],
+        given["dropout"],
+        position_options=given["position_options"],
+        block_options=given["block_options"],
+        attention_window=given["attention_window"],
+        num_key_value_heads=given["num_key_value_heads"],
+    )
 
 
 def _checked_config(given, max_length):
@@ -309,6 +351,8 @@ def _checked_config(given, max_length):
     config["dropout"] = float(config["dropout"])
     for key in ("position_options", "attention_options"):
         config[key] = dict(given[key] or {}) or None
+    if given["block_options"] is not None:
+        config["block_options"] = dict(given["block_options"])
     config["packed"] = _checks.boolean("packed", given["packed"])
     return config
 
@@ -322,6 +366,11 @@ def _language_model(stack, config):
     if config["quantize"]:  # on the LM's kernel grid, as every projection
         bits = 4 if config["quantize"] == "int4" else 8
         head = QuantizedDense(vocab_size, kernel_bits=bits, name="logits")
+    elif (config["block_options"] or {}).get("tie_embeddings"):
+
+        def head(x):  # the embedding's transpose (one weight)
+            return embedding(x, reverse=True)
+
     else:
         head = keras.layers.Dense(vocab_size, name="logits")
     inputs, tokens, segments = packed_inputs(

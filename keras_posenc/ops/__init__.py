@@ -9,6 +9,7 @@ attention functions (`blocks`). Shape letters: see docs/glossary.md.
 """
 
 from keras_posenc.ops import (
+    activations,
     blocks,
     cache,
     contextual,
@@ -47,6 +48,7 @@ from keras_posenc.ops.positions import (
 
 __all__ = [
     "quantization",
+    "activations",
     "FLOAT_MASK_VALUE",
     "MASK_PENALTY",
     "alibi_bias",

@@ -70,6 +70,19 @@ def causal_mask(query_length, key_length):
     return cols <= rows
 
 
+def sliding_window_mask(query_positions, key_positions, window):
+    """Boolean mask, True where a key lies fewer than `window` places back.
+
+    `query_positions` `(..., T)` and `key_positions` `(..., S)` integers;
+    `(..., T, S)` True where `i - j < window` (HF transformers' sliding
+    window: a query sees itself and the `window - 1` keys before it once a
+    causal mask is added). Static positions give a constant.
+    """
+    q = xp.cast(query_positions, xp.int32)[..., :, None]
+    k = xp.cast(key_positions, xp.int32)[..., None, :]
+    return (q - k) < window
+
+
 def band_mask(length, window, causal=False):
     """Boolean `(T, T)` mask of the keys each query sees in block-local attention.
 

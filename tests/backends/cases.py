@@ -54,15 +54,48 @@ def _encoder(position, **kwargs):
     )
 
 
-def _lm(position, **options):
+def _lm(position, block_options=None, layers=2, **options):
     return models.build_causal_lm(
         VOCAB,
         hidden_dim=WIDTH,
         num_heads=HEADS,
-        num_layers=2,
+        num_layers=layers,
         position=position,
         position_options={"max_length": 32, **options},
+        block_options=block_options,
     )
+
+
+#: Decoder blocks (`block_options`): a Qwen 3 / Gemma 3 shape (every
+#: per-layer position: sliding and full layers with their own bases, a NoPE
+#: layer, QK and post norms, sinks) and a GPT-2 shape (learned table, GELU).
+DECODER_CASES = {
+    "decoder-modern": lambda: _lm(
+        "rope",
+        block_options={
+            "norm": "rms",
+            "norm_first": True,
+            "norm_unit_offset": True,
+            "post_norms": True,
+            "gated": True,
+            "activation": "silu",
+            "use_bias": False,
+            "qk_norm": True,
+            "tie_embeddings": True,
+            "scale_embeddings": True,
+            "layer_types": ["sliding", "full", "sliding"],
+            "sliding_window": 4,
+            "attention_sinks": True,
+        },
+        layers=3,
+        nope_layers=[2],
+        layer_rope={"full": {"max_wavelength": 1e6}},
+    ),
+    "decoder-gpt2": lambda: _lm(
+        "learned",
+        block_options={"norm_first": True, "activation": "gelu_tanh"},
+    ),
+}
 
 
 def encoder_cases():
@@ -90,6 +123,7 @@ def lm_cases():
             cases[f"rope-{rope_type}"] = lambda t=rope_type, o=options: _lm(
                 "rope", rope_type=t, **o
             )
+    cases.update(DECODER_CASES)
     return cases
 
 

@@ -1,0 +1,12 @@
+"""Qwen 3: Llama's layout with an RMS norm of every query and key head."""
+
+from keras_posenc.models.families import llama
+
+MODEL_TYPES = ("qwen3",)
+
+
+def arguments(config):
+    return llama.arguments(config, qk_norm=True)
+
+
+tensors = llama.tensors
