@@ -8,6 +8,7 @@ reference.npz`: a prompt, transformers' float32 logits on it, and its greedy
 never imported here (torch's triton and TensorFlow do not share a process).
 """
 
+import copy
 import json
 import os
 import sys
@@ -133,7 +134,12 @@ CASES = {
         False,
     ),
     "gpt2": ("gpt2", {}, True),
+    # Weights as checkpoints ship them: bfloat16, in shards of ~20 KB.
+    "qwen3_bfloat16_sharded": ("qwen3", {}, True),
 }
+#: Cases saved in bfloat16 and in shards (transformers' float32 forward of
+#: the same bfloat16 weights is the reference: bfloat16 -> float32 is exact).
+BFLOAT16 = ("qwen3_bfloat16_sharded",)
 PROMPT_LENGTH, PREFIX, NEW_TOKENS = 20, 5, 10
 
 
@@ -173,7 +179,15 @@ def write(out, case):
     model_type, overrides, greedy = CASES[case]
     model = build(model_type, overrides, seed=len(case))
     folder = os.path.join(out, case)
-    model.save_pretrained(folder)
+    if case in BFLOAT16:  # float32 weights rounded to bfloat16 first
+        with torch.no_grad():
+            for weight in model.parameters():
+                weight.copy_(weight.to(torch.bfloat16).float())
+        copy.deepcopy(model).to(torch.bfloat16).save_pretrained(
+            folder, max_shard_size="20KB"
+        )
+    else:
+        model.save_pretrained(folder)
     rng = np.random.default_rng(len(case))
     prompt = rng.integers(3, 96, (2, PROMPT_LENGTH))
     ids = torch.tensor(prompt)
