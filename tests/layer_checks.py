@@ -150,7 +150,13 @@ def check_mixed_precision(make_layer, inputs, call_kwargs=None, expected=None):
         for weight in layer.weights:
             assert tf.as_dtype(weight.dtype).name == "float32", weight.name
         given = set()  # sublayers passed in as arguments keep their own policy
-        for name in inspect.signature(type(layer).__init__).parameters:
+        names = {  # a subclass passes its base's arguments on in **kwargs
+            name
+            for cls in type(layer).__mro__
+            if "__init__" in vars(cls) and cls.__module__.startswith("keras_posenc")
+            for name in inspect.signature(cls.__init__).parameters
+        }
+        for name in names:
             value = getattr(layer, name, None)
             if isinstance(value, keras.layers.Layer):
                 given.update(id(x) for x in nested_layers(value))

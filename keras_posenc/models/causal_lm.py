@@ -371,8 +371,9 @@ def _language_model(stack, config):
         def head(x):  # the embedding's transpose (one weight)
             return embedding(x, reverse=True)
 
-    else:
-        head = keras.layers.Dense(vocab_size, name="logits")
+    else:  # a described block's head has a bias where its projections do
+        bias = (config["block_options"] or {}).get("use_bias", True)
+        head = keras.layers.Dense(vocab_size, use_bias=bias, name="logits")
     inputs, tokens, segments = packed_inputs(
         config["sequence_length"], config["packed"]
     )
