@@ -17,7 +17,7 @@ from keras_posenc.models.encoder import (
     build_encoder,
     build_token_classifier,
 )
-from keras_posenc.models.families import from_hf
+from keras_posenc.models.families import from_hf, from_keras_hub
 from keras_posenc.models.methods import (
     LOCAL_METHODS,
     LSH_METHODS,
@@ -48,4 +48,5 @@ __all__ = [
     "capabilities",
     "families",
     "from_hf",
+    "from_keras_hub",
 ]

@@ -45,6 +45,7 @@ class BlockOptions:
         tie_embeddings: bool, the head is the embedding's transpose.
         qk_norm: bool, an RMS norm of every query and key head (Qwen 3,
             Gemma 3).
+        qk_norm_epsilon: float or None, its epsilon (default `norm_epsilon`).
         head_dim: int, H (default D / N).
         query_scale: float or None, the queries' factor (default H^-1/2).
         scale_embeddings: bool, embeddings times sqrt(D) (Gemma).
@@ -67,6 +68,7 @@ class BlockOptions:
     qkv_bias: bool = None
     tie_embeddings: bool = False
     qk_norm: bool = False
+    qk_norm_epsilon: float = None
     head_dim: int = None
     query_scale: float = None
     scale_embeddings: bool = False
@@ -130,6 +132,10 @@ def check_block_options(block_options, hidden_dim, num_heads, num_layers):
     given["activation"] = _checks.choice(
         "activation", given.get("activation", "relu"), tuple(ACTIVATIONS)
     )
+    if given.get("qk_norm_epsilon") is not None:
+        given["qk_norm_epsilon"] = _checks.positive_float(
+            "qk_norm_epsilon", given["qk_norm_epsilon"]
+        )
     if given.get("query_scale") is not None:
         given["query_scale"] = _checks.positive_float(
             "query_scale", given["query_scale"]

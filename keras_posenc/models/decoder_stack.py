@@ -195,7 +195,7 @@ def _attention(given, index):
     if block.qk_norm:
         for side in ("query", "key"):
             norms[f"{side}_norm"] = RMSNorm(
-                block.norm_epsilon,
+                block.qk_norm_epsilon or block.norm_epsilon,
                 block.norm_unit_offset,
                 name=f"{side}_norm_{index}",
             )

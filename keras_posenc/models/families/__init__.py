@@ -42,7 +42,7 @@ MOE_KEYS = (
 #: Checkpoint tensors a model may hold that carry no weight of ours.
 DERIVED = (".rotary_emb.inv_freq", ".attn.bias", ".attn.masked_bias")
 
-__all__ = ["FAMILIES", "from_hf", "import_arguments"]
+__all__ = ["FAMILIES", "from_hf", "from_keras_hub", "import_arguments"]
 
 
 def import_arguments(config):
@@ -72,16 +72,16 @@ def import_arguments(config):
             config["quantization_config"].get("quant_method", "set"),
         )
     family = FAMILIES[model_type]
-    return family, family.arguments(config)
+    given = {key: value for key, value in config.items() if value is not None}
+    return family, family.arguments({**family.DEFAULTS, **given})
 
 
 def from_hf(path):
     """A `CausalLM` with the weights of a Hugging Face checkpoint folder.
 
     Args:
-        path: str, a folder as transformers' `save_pretrained` writes it:
-            `config.json` and `model.safetensors` (or its shards with
-            `model.safetensors.index.json`); weights in float32, float16 or
+        path: str, a folder as `save_pretrained` writes it: `config.json`,
+            `model.safetensors` or its shards, weights in float32, float16 or
             bfloat16 (read as float32, exactly).
 
     Returns:
@@ -96,8 +96,54 @@ def from_hf(path):
     """
     config = read_config(path)
     family, kwargs = import_arguments(config)
-    tensors = Tensors(path)
-    entries = family.tensors(config, kwargs)
+    return _load(family, kwargs, Tensors(path))
+
+
+def from_keras_hub(model):
+    """A `CausalLM` with the weights of a keras-hub `CausalLM` or `Backbone`.
+
+    Args:
+        model: a keras-hub Llama, Llama 3, Mistral, Qwen (2), Qwen 3, Gemma,
+            Gemma 3 (text) or GPT-2 `CausalLM` or `Backbone`.
+
+    Returns:
+        A `CausalLM` whose logits are the keras-hub model's.
+
+    Example:
+
+    >>> import keras_hub, keras_posenc  # doctest: +SKIP
+    >>> hub = keras_hub.models.Gemma3CausalLM.from_preset(  # doctest: +SKIP
+    ...     "gemma3_instruct_1b")
+    >>> lm = keras_posenc.models.from_keras_hub(hub)  # doctest: +SKIP
+    """
+    from keras_posenc.models.families import keras_hub
+
+    config, arrays = keras_hub.hf_checkpoint(model)
+    family, kwargs = import_arguments(config)
+    overrides = keras_hub.BLOCK_OVERRIDES.get(keras_hub.backbone_name(model), {})
+    kwargs["block_options"].update(overrides)
+    return _load(family, kwargs, ArrayTensors(arrays))
+
+
+class ArrayTensors:
+    """Tensors held in memory, read as `Tensors` reads a folder's."""
+
+    def __init__(self, arrays):
+        self.arrays = dict(arrays)
+
+    def names(self):
+        return set(self.arrays)
+
+    def shape(self, name):
+        return tuple(self.arrays[name].shape)
+
+    def read(self, name):
+        return self.arrays[name]
+
+
+def _load(family, kwargs, tensors):
+    """The `CausalLM` of `kwargs` with `tensors`, every tensor checked first."""
+    entries = family.tensors(kwargs)
     _check_tensors(entries, tensors, kwargs)
     model = CausalLM(**kwargs)
     read = {}

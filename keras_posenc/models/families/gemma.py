@@ -4,6 +4,14 @@ GeGLU and tied embeddings."""
 from keras_posenc.models.families import _common, llama
 
 MODEL_TYPES = ("gemma",)
+#: HF's `GemmaConfig` defaults of the keys read here.
+DEFAULTS = {
+    **llama.DEFAULTS,
+    "hidden_act": "gelu_pytorch_tanh",
+    "tie_word_embeddings": True,
+    "head_dim": 256,
+    "max_position_embeddings": 8192,
+}
 
 
 def arguments(config):

@@ -5,6 +5,17 @@ from keras_posenc.models.families import _common, gemma, llama
 from keras_posenc.models.families._common import Entry
 
 MODEL_TYPES = ("gemma3_text",)
+#: HF's `Gemma3TextConfig` defaults of the keys read here.
+DEFAULTS = {
+    **gemma.DEFAULTS,
+    "hidden_activation": "gelu_pytorch_tanh",
+    "max_position_embeddings": 131072,
+    "query_pre_attn_scalar": 256,
+    "rope_parameters": {
+        "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+        "full_attention": {"rope_type": "default", "rope_theta": 1000000.0},
+    },
+}
 
 
 def arguments(config):
@@ -22,7 +33,7 @@ def arguments(config):
     return kwargs
 
 
-def tensors(config, kwargs):
+def tensors(kwargs):
     """Llama's tensors, the four norms of a layer named as Gemma 3 names them."""
     width = kwargs["hidden_dim"]
     renamed = {
@@ -32,7 +43,7 @@ def tensors(config, kwargs):
     }
     found = [
         e
-        for e in llama.tensors(config, kwargs)
+        for e in llama.tensors(kwargs)
         if not e.name.endswith("post_attention_layernorm.weight")
     ]
     for i in range(kwargs["num_layers"]):

@@ -5,6 +5,13 @@ from keras_posenc.models.families import _common
 from keras_posenc.models.families._common import Entry, columns
 
 MODEL_TYPES = ("gpt2",)
+#: HF's `GPT2Config` defaults of the keys read here.
+DEFAULTS = {
+    "activation_function": "gelu_new",
+    "layer_norm_epsilon": 1e-5,
+    "n_positions": 1024,
+    "tie_word_embeddings": True,
+}
 
 
 def arguments(config):
@@ -38,7 +45,7 @@ def arguments(config):
     )
 
 
-def tensors(config, kwargs):
+def tensors(kwargs):
     """Every GPT-2 tensor: Conv1D kernels as they are, c_attn split in three."""
     width, inner = kwargs["hidden_dim"], kwargs["block_options"]["intermediate_dim"]
     p = "transformer."

@@ -10,6 +10,14 @@ from keras_posenc.models.families import _common
 from keras_posenc.models.families._common import Entry, dense
 
 MODEL_TYPES = ("llama",)
+#: HF's `LlamaConfig` defaults of the keys read here (a config may omit them).
+DEFAULTS = {
+    "hidden_act": "silu",
+    "rms_norm_eps": 1e-6,
+    "tie_word_embeddings": False,
+    "max_position_embeddings": 2048,
+    "rope_theta": 10000.0,
+}
 
 
 def arguments(config, **block):
@@ -53,7 +61,7 @@ def arguments(config, **block):
     )
 
 
-def tensors(config, kwargs, prefix="model."):
+def tensors(kwargs, prefix="model."):
     """Every checkpoint tensor of a Llama-shaped model and where it goes."""
     block = kwargs["block_options"]
     width, heads = kwargs["hidden_dim"], kwargs["num_heads"]

@@ -5,6 +5,8 @@ from keras_posenc.models.families import llama
 from keras_posenc.models.families._common import Entry, rows
 
 MODEL_TYPES = ("phi3",)
+#: HF\'s config defaults of the keys read here.
+DEFAULTS = {**llama.DEFAULTS, "max_position_embeddings": 4096, "rms_norm_eps": 1e-5}
 
 
 def arguments(config):
@@ -16,16 +18,14 @@ def arguments(config):
     return llama.arguments(config)
 
 
-def tensors(config, kwargs):
+def tensors(kwargs):
     """Llama's tensors, with the two fused projections split into ours."""
     width, heads = kwargs["hidden_dim"], kwargs["num_heads"]
     kv, head_dim = kwargs["num_key_value_heads"], kwargs["block_options"]["head_dim"]
     inner = kwargs["block_options"]["intermediate_dim"]
     fused = (".q_proj.", ".k_proj.", ".v_proj.", ".gate_proj.", ".up_proj.")
     found = [
-        e
-        for e in llama.tensors(config, kwargs)
-        if not any(part in e.name for part in fused)
+        e for e in llama.tensors(kwargs) if not any(part in e.name for part in fused)
     ]
     q, k = heads * head_dim, kv * head_dim
     for i in range(kwargs["num_layers"]):

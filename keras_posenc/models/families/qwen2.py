@@ -3,6 +3,8 @@
 from keras_posenc.models.families import llama
 
 MODEL_TYPES = ("qwen2",)
+#: HF\'s config defaults of the keys read here.
+DEFAULTS = {**llama.DEFAULTS, "max_position_embeddings": 32768}
 
 
 def arguments(config):

@@ -3,6 +3,13 @@
 from keras_posenc.models.families import llama
 
 MODEL_TYPES = ("smollm3",)
+#: HF\'s config defaults of the keys read here.
+DEFAULTS = {
+    **llama.DEFAULTS,
+    "max_position_embeddings": 32768,
+    "rope_theta": 2000000.0,
+    "tie_word_embeddings": True,
+}
 
 
 def arguments(config):
