@@ -9,6 +9,7 @@ from benchmarks import (
     accuracy,
     backends,
     content,
+    decoders,
     edge,
     fire,
     generate,
@@ -60,6 +61,7 @@ BENCHMARKS = {
     "qat_fidelity": SimpleNamespace(run=qat.run_fidelity),
     "backends": backends,  # a child process per Keras 3 backend
     "litert_torch": litert_torch,  # a PyTorch child converts, this one compares
+    "decoders": decoders,  # a child process per Keras 3 backend
 }
 
 

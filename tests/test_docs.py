@@ -13,7 +13,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 
 #: The docs that hold Python blocks, with how many: a new block needs a test.
-BLOCKS = {"layers.md": 1, "lm_on_device.md": 2, "phones.md": 1}
+BLOCKS = {"decoders.md": 1, "layers.md": 1, "lm_on_device.md": 2, "phones.md": 1}
 
 
 def python_blocks(name):
@@ -33,6 +33,25 @@ def test_the_rotary_snippet_prints_its_shapes(capsys):
     exec(python_blocks("layers.md")[0], {})
     printed = capsys.readouterr().out.split()
     assert printed == ["(2,", "16,", "512)", "(1,", "4096,", "64)"]
+
+
+def test_the_decoder_snippet_prints_what_the_guide_says(capsys):
+    exec(python_blocks("decoders.md")[0], {})
+    printed = capsys.readouterr().out.strip()
+    doc = (DOCS / "decoders.md").read_text()
+    assert f"It prints `{printed}`." in doc
+
+
+def test_the_decoder_guide_lists_every_block_option_and_family():
+    from keras_posenc.models.blocks import BLOCK_KEYS
+    from keras_posenc.models.families import FAMILIES
+    from keras_posenc.models.families.keras_hub import BACKBONES
+
+    doc = (DOCS / "decoders.md").read_text()
+    rows = re.findall(r"^\| `(\w+)` \|", doc, flags=re.M)
+    assert [key for key in rows if key in BLOCK_KEYS] == list(BLOCK_KEYS)
+    assert set(FAMILIES) <= set(rows)
+    assert all(f"`{name}`" in doc for name in BACKBONES)
 
 
 @pytest.mark.slow

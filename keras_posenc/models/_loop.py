@@ -231,14 +231,19 @@ def _once_read(caches, result):
 
 #: The smallest loop width and stop list (`capacity`, `stop_list`).
 SMALLEST_WIDTH, STOP_SLOTS = 16, 8
+#: The widest `max_length` a loop takes whole: past it (an imported model's
+#: 8k-128k positions) a cache of every position would make each step read
+#: them all, so the loop is the next power of two of the tokens instead.
+WHOLE_WIDTH = 1024
 
 
 def capacity(total, max_length, use_cache, rolling):
     """The compiled loop's width for `total` slots: the model's `max_length`
-    when a plain cache holds them (so any `max_new_tokens` reuses one trace),
-    else the next power of two (the recompute path's buffer, a rolling
-    cache's output), at least `SMALLEST_WIDTH`."""
-    if use_cache and rolling is None and total <= max_length:
+    when a plain cache holds them and it is at most `WHOLE_WIDTH` (so any
+    `max_new_tokens` reuses one trace), else the next power of two (the
+    recompute path's buffer, a rolling cache's output, a long-context
+    model's cache), at least `SMALLEST_WIDTH`."""
+    if use_cache and rolling is None and total <= max_length <= WHOLE_WIDTH:
         return max_length
     return max(SMALLEST_WIDTH, 1 << (int(total) - 1).bit_length())
 

@@ -70,8 +70,9 @@ def hf_checkpoint(model):
 
 
 def _numpy(value):
-    value = getattr(value, "value", value)
-    return np.asarray(value.numpy() if hasattr(value, "numpy") else value)
+    import keras  # keras-hub's: Keras 3, whatever its backend
+
+    return np.asarray(keras.ops.convert_to_numpy(getattr(value, "value", value)))
 
 
 def _llama_scaling(backbone, found, config):
