@@ -127,3 +127,31 @@ def write(name, title, header, rows, notes=(), figure=None):
         figure.savefig(RESULTS / f"{name}.png")
     print(text)
     return text
+
+
+def per_backend(module, quick, backends=("tensorflow", "jax", "torch")):
+    """`module`'s child run on each installed Keras 3 backend: the JSON row
+    dicts each child printed last, merged key by key (`python -m module
+    BACKEND [--quick]`, one process per backend)."""
+    import importlib.util
+    import os
+
+    merged = {}
+    for backend in backends:
+        if importlib.util.find_spec(backend) is None:
+            print(f"{module}: {backend} skipped, it needs {backend} ('.[backends]')")
+            continue
+        env = dict(os.environ, KERAS_BACKEND=backend)
+        env.pop("TF_USE_LEGACY_KERAS", None)
+        command = [sys.executable, "-m", module, backend]
+        done = subprocess.run(
+            command + (["--quick"] if quick else []),
+            env=env,
+            capture_output=True,
+            text=True,
+        )
+        if done.returncode != 0:
+            raise RuntimeError(f"the {backend} child failed:\n{done.stderr[-3000:]}")
+        for key, rows in json.loads(done.stdout.strip().splitlines()[-1]).items():
+            merged.setdefault(key, []).extend(rows)
+    return merged

@@ -17,15 +17,12 @@ Each cell is the median of interleaved rounds after a warm-up call.
 `python -m benchmarks --only backends`.
 """
 
-import importlib.util
 import json
-import os
-import subprocess
 import sys
 
 import numpy as np
 
-from benchmarks._common import interleaved, write
+from benchmarks._common import interleaved, per_backend, write
 
 BACKENDS = ("tensorflow", "jax", "torch")
 PROMPT, TOTAL = 16, 256
@@ -34,26 +31,8 @@ METHODS = ("none", "t5", "rope")
 
 
 def run(quick):
-    generation, training = [], []
-    for backend in BACKENDS:
-        if importlib.util.find_spec(backend) is None:
-            print(f"backends: {backend} skipped, it needs {backend} ('.[backends]')")
-            continue
-        env = dict(os.environ, KERAS_BACKEND=backend)
-        env.pop("TF_USE_LEGACY_KERAS", None)
-        command = [sys.executable, "-m", "benchmarks.backends", backend]
-        run = subprocess.run(
-            command + (["--quick"] if quick else []),
-            env=env,
-            capture_output=True,
-            text=True,
-        )
-        if run.returncode != 0:
-            raise RuntimeError(f"the {backend} child failed:\n{run.stderr[-3000:]}")
-        rows = json.loads(run.stdout.strip().splitlines()[-1])
-        generation += rows["generation"]
-        training += rows["training"]
-    _write(generation, training, quick)
+    rows = per_backend("benchmarks.backends", quick, BACKENDS)
+    _write(rows.get("generation", []), rows.get("training", []), quick)
 
 
 def _write(generation, training, quick):

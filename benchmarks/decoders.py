@@ -16,15 +16,12 @@ Each cell is the median of interleaved rounds after a warm-up call.
 `python -m benchmarks --only decoders`.
 """
 
-import importlib.util
 import json
-import os
-import subprocess
 import sys
 
 import numpy as np
 
-from benchmarks._common import interleaved, write
+from benchmarks._common import interleaved, per_backend, write
 
 BACKENDS = ("tensorflow", "jax", "torch")
 SHAPE = dict(
@@ -39,26 +36,8 @@ BATCH, LENGTH, PROMPT, TOTAL = 8, 128, 16, 128
 
 
 def run(quick):
-    training, generation = [], []
-    for backend in BACKENDS:
-        if importlib.util.find_spec(backend) is None:
-            print(f"decoders: {backend} skipped, it needs {backend} ('.[backends]')")
-            continue
-        env = dict(os.environ, KERAS_BACKEND=backend)
-        env.pop("TF_USE_LEGACY_KERAS", None)
-        command = [sys.executable, "-m", "benchmarks.decoders", backend]
-        done = subprocess.run(
-            command + (["--quick"] if quick else []),
-            env=env,
-            capture_output=True,
-            text=True,
-        )
-        if done.returncode != 0:
-            raise RuntimeError(f"the {backend} child failed:\n{done.stderr[-3000:]}")
-        rows = json.loads(done.stdout.strip().splitlines()[-1])
-        training += rows["training"]
-        generation += rows["generation"]
-    _write(training, generation, quick)
+    rows = per_backend("benchmarks.decoders", quick, BACKENDS)
+    _write(rows.get("training", []), rows.get("generation", []), quick)
 
 
 def _write(training, generation, quick):

@@ -82,6 +82,13 @@ def _check_type_parameters(rope_type, params):
         _positive("attention_factor", params["attention_factor"], allow_none=True)
     if "truncate" in params:
         _checks.boolean("truncate", params["truncate"])
+    fraction = params.get("partial_rotary_factor", 1.0)
+    if (
+        isinstance(fraction, bool)
+        or not isinstance(fraction, numbers.Real)
+        or not (0.0 <= fraction <= 1.0)
+    ):
+        _checks.fail("partial_rotary_factor", "a number in [0, 1]", fraction)
     for low, high in (
         ("beta_slow", "beta_fast"),
         ("low_freq_factor", "high_freq_factor"),

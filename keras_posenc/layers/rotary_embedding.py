@@ -34,7 +34,9 @@ class RotaryEmbedding(keras.layers.Layer):
     `beta_slow`), cos and sin times `0.1 ln(s) + 1`; `"llama3"` theta/s for
     low frequencies, theta for high ones, blended between; `"longrope"`
     theta/`short_factor` (past L0 `long_factor`), factor
-    `sqrt(1 + ln(s)/ln(L0))`. The formulas live in `keras_posenc.ops.rotary`.
+    `sqrt(1 + ln(s)/ln(L0))`; `"proportional"` (p-RoPE, Gemma 4) theta/s on
+    the first `partial_rotary_factor` of the slots, 0 on the rest. The
+    formulas live in `keras_posenc.ops.rotary`.
 
     xPos (`xpos_scale_base`) scales slot `i` by `zeta_i^(+-p / base)` for
     queries / keys (`side=`): logits decay as `zeta^((m - n) / base)` (for
@@ -53,9 +55,9 @@ class RotaryEmbedding(keras.layers.Layer):
         scaling_factor: float, s >= 1. Defaults to `1.0`.
         original_max_position_embeddings: int, L0, the training context.
             Defaults to `None`.
-        rope_parameters: dict, the type's other parameters (`beta_fast`,
-            `beta_slow`, `attention_factor`, `truncate`, `low_freq_factor`,
-            `high_freq_factor`, `short_factor`, `long_factor`). Defaults to `None`.
+        rope_parameters: dict, the type's other parameters, as
+            `ops.rotary.ROPE_TYPES` lists them (`beta_fast`, `short_factor`,
+            `partial_rotary_factor`, ...). Defaults to `None`.
         xpos_scale_base: float, xPos' scale base (e.g. 512), or None (off);
             positions past `max_position` (~64x the base, where the scales
             leave float32) are refused. Defaults to `None`.

@@ -296,21 +296,20 @@ CONFIG_KEYS = (
 )
 
 
+#: The arguments both stacks take from a `CausalLM`'s, in their order.
+STACK_SIZES = ("position", "hidden_dim", "num_layers", "num_heads", "dropout")
+STACK_KEYWORDS = ("position_options", "attention_window", "num_key_value_heads")
+
+
 def _legacy_stack(given):
     """The package's first stack (post-norm blocks), every option checked."""
     quantize = given["quantize"]
     return TransformerStack(
-        given["position"],
-        given["hidden_dim"],
-        given["num_layers"],
-        given["num_heads"],
-        given["dropout"],
-        position_options=given["position_options"],
+        *(given[key] for key in STACK_SIZES),
+        **{key: given[key] for key in STACK_KEYWORDS},
         attention_options=given["attention_options"],
         causal=True,
         quantize=bool(quantize),
-        attention_window=given["attention_window"],
-        num_key_value_heads=given["num_key_value_heads"],
         kernel_bits=4 if quantize == "int4" else 8,
     )
 
@@ -327,15 +326,9 @@ def _decoder_stack(given):
                 given[name],
             )
     return DecoderStack(
-        given["position"],
-        given["hidden_dim"],
-        given["num_layers"],
-        given["num_heads"],
-        given["dropout"],
-        position_options=given["position_options"],
+        *(given[key] for key in STACK_SIZES),
+        **{key: given[key] for key in STACK_KEYWORDS},
         block_options=given["block_options"],
-        attention_window=given["attention_window"],
-        num_key_value_heads=given["num_key_value_heads"],
     )
 
 

@@ -1,7 +1,8 @@
 """Rotary position embedding (RoPE): the frequencies of every scaling, the rotation.
 
-`ROPE_TYPES` is the table of context-extension scalings, each from its paper
-with HF transformers' conventions (ported weights match): its parameters, how it
+`ROPE_TYPES` is the table of context-extension scalings (and p-RoPE's
+partial rotation, `"proportional"`), each from its paper with HF
+transformers' conventions (ported weights match): its parameters, how it
 changes the inverse frequencies `base^(-2i/r)` (some read the current length L,
 the largest position + 1) and its factor on cos and sin. Frequencies that
 ignore L are NumPy constants, which an export keeps as constants.
@@ -80,6 +81,14 @@ def _longrope(inv, r, base, p, length):
     return xp.constant(inv, xp.float32) / factors
 
 
+def _proportional(inv, r, base, p, length):
+    """p-RoPE: the first `partial_rotary_factor` of the slots turn (their
+    frequencies over the whole width r, divided by s), the rest stay still."""
+    turning = int(p["partial_rotary_factor"] * r // 2)
+    kept = np.arange(r // 2) < turning
+    return np.where(kept, inv / p["scaling_factor"], 0.0)
+
+
 def _yarn_attention(p):
     if p["attention_factor"] is not None:
         return p["attention_factor"]
@@ -146,6 +155,10 @@ ROPE_TYPES = {
         required=_EXTENDED,
         defaults={"low_freq_factor": 1.0, "high_freq_factor": 4.0},
         frequencies=_llama3,
+    ),
+    "proportional": RopeType(
+        defaults={"partial_rotary_factor": 1.0},
+        frequencies=_proportional,
     ),
     "longrope": RopeType(
         required=_EXTENDED + ("short_factor", "long_factor"),

@@ -38,6 +38,10 @@ ROPE_OPTIONS = {
             "long_factor": [1.0, 2.0, 4.0, 8.0],
         },
     },
+    "proportional": {
+        "scaling_factor": 2.0,
+        "rope_parameters": {"partial_rotary_factor": 0.5},
+    },
 }
 assert set(ROPE_OPTIONS) == set(ROPE_TYPES), "a rope type without a case"
 

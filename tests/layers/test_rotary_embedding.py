@@ -60,6 +60,9 @@ def oracle_frequencies(rope_type, r, s=1.0, l0=None, length=None, **p):
                 smooth = (l0 / wavelength - low) / (high - low)
                 out.append((1 - smooth) * f / s + smooth * f)
         return np.array(out), 1.0
+    if rope_type == "proportional":  # p-RoPE: the first slots turn, r/2 wide
+        turning = int(p.get("partial_rotary_factor", 1.0) * r // 2)
+        return np.array([f / s if i < turning else 0.0 for i, f in enumerate(inv)]), 1.0
     if rope_type == "longrope":
         factors = p["long_factor"] if length > l0 else p["short_factor"]
         return inv / np.array(factors), math.sqrt(1 + math.log(s) / math.log(l0))
@@ -89,12 +92,16 @@ CASES = [
     ("llama3", {"scaling_factor": 8.0, "original_max_position_embeddings": 64}, 10),
     ("longrope", {"scaling_factor": 4.0, "original_max_position_embeddings": 16}, 10),
     ("longrope", {"scaling_factor": 4.0, "original_max_position_embeddings": 6}, 10),
+    ("proportional", {"scaling_factor": 2.0}, 10),
 ]
+#: p-RoPE's share of turning slots (`"proportional"` above turns them all).
+PROPORTION = {"partial_rotary_factor": 0.25}
 
 
 @pytest.mark.parametrize("rope_type,kwargs,length", CASES)
 def test_every_rope_type_matches_the_numpy_oracle(rope_type, kwargs, length):
     params = dict(LONG) if rope_type == "longrope" else {}
+    params = dict(PROPORTION) if rope_type == "proportional" else params
     layer = RotaryEmbedding(rope_type=rope_type, rope_parameters=params, **kwargs)
     x = np.random.normal(size=(2, length, H)).astype("float32")
     inv, factor = oracle_frequencies(
@@ -430,6 +437,14 @@ def test_tokens_past_the_grid_are_refused():
             {"rope_type": "llama3", "rope_parameters": {"high_freq_factor": 1.0}},
             ValueError,
             "high_freq_factor",
+        ),
+        (
+            {
+                "rope_type": "proportional",
+                "rope_parameters": {"partial_rotary_factor": 1.5},
+            },
+            ValueError,
+            "`partial_rotary_factor` must be a number in \\[0, 1\\]",
         ),
     ],
 )

@@ -69,6 +69,18 @@ CASES = {
         },
         True,
     ),
+    "llama_proportional": (
+        "llama",
+        {
+            "rope_parameters": {
+                "rope_type": "proportional",
+                "rope_theta": 10000.0,
+                "factor": 2.0,
+                "partial_rotary_factor": 0.5,
+            }
+        },
+        True,
+    ),
     "llama_dynamic": (
         "llama",
         {

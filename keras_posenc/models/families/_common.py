@@ -36,6 +36,7 @@ ROPE_KEYS = {
         "long_factor": "long_factor",
         "attention_factor": "attention_factor",
     },
+    "proportional": {"factor": "scaling_factor"},  # p-RoPE (Gemma 4)
     "llama3": {
         "factor": "scaling_factor",
         "original_max_position_embeddings": "original_max_position_embeddings",
@@ -92,9 +93,11 @@ def rope_options(rope, config, head_dim):
         )
     options = {"max_wavelength": float(rope["rope_theta"]), "rope_type": rope_type}
     fraction = float(get(rope, "partial_rotary_factor", 1.0))
-    if fraction != 1.0:
-        options["rotary_dim"] = int(head_dim * fraction)
     params = {}
+    if rope_type == "proportional":  # turns part of the slots of every pair
+        params["partial_rotary_factor"] = fraction
+    elif fraction != 1.0:
+        options["rotary_dim"] = int(head_dim * fraction)
     for key, ours in names.items():
         if rope.get(key) is None:
             continue
