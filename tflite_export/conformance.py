@@ -1,9 +1,10 @@
 """One file, one answer: every builder method against every export, measured.
 
-The conformance matrix: a row per `position=` method of the method table, a
-column per export (`EXPORTS`). Each method gets a small causal LM trained on
-counting sequences (`keras_posenc.data.recipes.counting_lm`: a task with
-one right answer, so its logits are far from ties), and each cell either
+The conformance matrix: a row per `position=` method of the method table
+and per decoder block (`BLOCKS`), a column per export (`EXPORTS`). Each
+row gets a small causal LM trained on counting sequences
+(`keras_posenc.data.recipes.counting_lm`: a task with one right answer, so
+its logits are far from ties), and each cell either
 is refused by name before converting (the exporter's own reason), or is
 exported and measured:
 
@@ -29,7 +30,7 @@ import numpy as np
 
 from keras_posenc.data import recipes, synthetic
 from keras_posenc.generation import Streaming
-from keras_posenc.models.capabilities import capabilities
+from keras_posenc.models.capabilities import block_capabilities, capabilities
 from keras_posenc.models.methods import METHODS
 from tflite_export.causal_lm import convert_causal_lm
 from tflite_export.contract import device_contract
@@ -37,6 +38,44 @@ from tflite_export.convert import ExportError
 from tflite_export.generate import generate_tflite, teacher_forced_logits
 from tflite_export.qat import quantize_aware
 
+#: Decoder-block rows (`block_options`): a family's block at the matrix's
+#: size, `{row: build_causal_lm arguments}` (beside `position`).
+BLOCKS = {
+    "llama_block": dict(
+        position="rope",
+        block_options=dict(
+            norm="rms",
+            norm_first=True,
+            gated=True,
+            activation="silu",
+            use_bias=False,
+        ),
+    ),
+    "gemma3_block": dict(
+        position="rope",
+        block_options=dict(
+            norm="rms",
+            norm_first=True,
+            norm_unit_offset=True,
+            post_norms=True,
+            gated=True,
+            activation="gelu_tanh",
+            use_bias=False,
+            qk_norm=True,
+            tie_embeddings=True,
+            scale_embeddings=True,
+            layer_types=["sliding", "full"],
+            sliding_window=4,
+        ),
+        position_options={"layer_rope": {"full": {"max_wavelength": 1e6}}},
+    ),
+    "gpt2_block": dict(
+        position="learned",
+        block_options=dict(norm_first=True, activation="gelu_tanh"),
+    ),
+}
+#: The matrix's rows: every method, then every decoder block.
+ROWS = (*METHODS, *BLOCKS)
 #: Training batches of each method's models (120 fit the task exactly).
 TRAIN_STEPS = 120
 #: Key and value heads of the grouped-query column's model (4 query heads).
@@ -132,10 +171,12 @@ def method_models(method, steps=TRAIN_STEPS):
     A model the package refuses to build (grouped-query recursive blocks)
     or to make quantization-aware is the refusal's text instead.
     """
-    models = {"float": recipes.counting_lm(method, steps, TRAIN_SEED)}
+    block = dict(BLOCKS.get(method, {"position": method}))
+    position = block.pop("position")
+    models = {"float": recipes.counting_lm(position, steps, TRAIN_SEED, **block)}
     try:
         models["grouped"] = recipes.counting_lm(
-            method, steps, TRAIN_SEED, num_key_value_heads=KV_HEADS
+            position, steps, TRAIN_SEED, num_key_value_heads=KV_HEADS, **block
         )
     except ValueError as error:
         models["grouped"] = _reason(error)
@@ -216,8 +257,15 @@ def runtime_agreement(model_bytes, rows, prompt_length):
 
 
 def expected_support(method):
-    """`{column: bool}`: what the capability table says of `method`."""
-    record = capabilities(method)
+    """`{column: bool}`: what the capability table says of `method` (or of a
+    block row: `models.capabilities.block_capabilities`)."""
+    if method in BLOCKS:
+        block = dict(BLOCKS[method])
+        record = block_capabilities(
+            block.pop("position"), recipes.COUNTING_LM["num_layers"], **block
+        )
+    else:
+        record = capabilities(method)
     return {
         column: all(getattr(record, need) for need in export.needs)
         for column, export in EXPORTS.items()
@@ -277,6 +325,13 @@ and a grouped-query twin ({kv} key heads). A cell is `keras / steps`:
 `refused (x)`: the exporter refuses it by name before converting; its reason
 is listed under the table. The refusals are exactly the README capability
 table's `-` cells (int8, QAT, streaming, grouped-query): the test holds them.
+
+The `_block` rows are decoder blocks (`block_options`, `docs/decoders.md`) of
+the same size trained the same way: Llama's (RMS pre-norm, SwiGLU, no
+biases, RoPE), Gemma 3's (QK and post norms, `(1 + w)` scales, GeGLU, tied
+and scaled embeddings, a sliding and a full layer with their own bases) and
+GPT-2's (LayerNorm pre-norm, GELU, learned positions); their support is
+`models.capabilities.block_capabilities`.
 """
 
 
@@ -294,7 +349,7 @@ def page(rows):
 def main(argv=None):
     """Trains every method's models, measures every cell, prints the page."""
     argv = sys.argv[1:] if argv is None else argv
-    methods = argv or list(METHODS)
+    methods = argv or list(ROWS)
     data = Data.make()
     rows = {}
     for method in methods:

@@ -200,7 +200,7 @@ class DecoderAttention(RelativeMultiHeadAttention):
     def rolling_blocker(self):
         """Why this layer cannot decode through a rolling cache, or None."""
         if self.sliding_window is not None:
-            return "sliding_window (a rolling cache keeps sinks the window drops)"
+            return "a sliding window (its own W keys, not a ring's)"
         return super().rolling_blocker()
 
     def _window_mask(self, query, key, cache, index, where):

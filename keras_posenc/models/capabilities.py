@@ -115,6 +115,43 @@ def capabilities(method):
     )
 
 
+def block_capabilities(position, num_layers, block_options, position_options=None):
+    """The `Capabilities` of a causal LM of `position` with `block_options`.
+
+    int8 as the method's, unless the feed-forward's activation has no int8
+    kernel (the exact GELU's error function); no QAT (the blocks' rounding
+    is not modelled: `quantize=True` is refused with `block_options`);
+    streaming where the `DecoderStack` has no blocker (sliding layers and
+    absolute tables have); grouped-query always; encoders, block-local, LSH
+    and packed rows as the conformance page does not measure them (False).
+    """
+    from keras_posenc.models.decoder_stack import DecoderStack
+
+    record = METHODS[position]
+    stack = DecoderStack(
+        position,
+        16,
+        num_layers,
+        2,
+        position_options=position_options,
+        block_options=block_options,
+    )
+    return Capabilities(
+        method=position,
+        generated=record.generated,
+        encoder=False,
+        causal_lm=True,
+        int8=record.int8_kernels and stack.options.activation != "gelu",
+        qat=False,
+        streaming=stack.streaming_blocker() is None,
+        grouped_query=True,
+        block_local=False,
+        lsh=False,
+        packed=False,
+        backends={b: b in record.backends for b in BACKENDS},
+    )
+
+
 def _builds_grouped_query(method):
     """Whether the stack of `method` takes `num_key_value_heads` (it checks)."""
     try:

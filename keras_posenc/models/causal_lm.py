@@ -316,15 +316,17 @@ def _legacy_stack(given):
 
 def _decoder_stack(given):
     """The stack `block_options` describe; refuses what it has no form for."""
-    for name, off in (("quantize", False), ("attention_options", None)):
+    for name, off, why in (
+        (
+            "quantize",
+            False,
+            "the blocks' int8 rounding is not modelled; an "
+            "int8 export quantizes after training",
+        ),
+        ("attention_options", None, "LSH attention has no decoder-block form"),
+    ):
         if given[name] not in (off, None, {}):
-            _checks.fail(
-                name,
-                f"{off!r} with block_options (their blocks' int8 rounding and "
-                "LSH hashing are not built; int8 export quantizes after "
-                "training)",
-                given[name],
-            )
+            _checks.fail(name, f"{off!r} with block_options ({why})", given[name])
     return DecoderStack(
         *(given[key] for key in STACK_SIZES),
         **{key: given[key] for key in STACK_KEYWORDS},

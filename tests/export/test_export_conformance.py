@@ -20,7 +20,6 @@ from kernels import fully_connected_kernels
 from marks import split_between_passes
 
 from keras_posenc import IS_KERAS_3
-from keras_posenc.models.methods import METHODS
 from tflite_export import conformance
 from tflite_export.conformance import EXPORTS
 from tflite_export.contract import device_contract
@@ -40,7 +39,7 @@ SPREAD = 0.1
 #: The Keras 2 pass's methods (the others run in the Keras 3 pass): half of
 #: the heavy ones and one of the two refused at int8.
 KERAS2 = ("none", "sinusoidal", "t5", "dynamic_bias", "hpn", "recursive", "rope")
-KERAS2 += ("fire", "cope")
+KERAS2 += ("fire", "cope", "gpt2_block")
 
 
 @functools.cache
@@ -65,7 +64,7 @@ def page_rows():
 
 def test_the_page_has_a_row_per_method_and_a_cell_per_export():
     rows, notes = page_rows()
-    assert list(rows) == list(METHODS)
+    assert list(rows) == list(conformance.ROWS)
     for method, cells in rows.items():
         expected = conformance.expected_support(method)
         for column, text in cells.items():
@@ -75,7 +74,7 @@ def test_the_page_has_a_row_per_method_and_a_cell_per_export():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("method", split_between_passes(list(METHODS), KERAS2))
+@pytest.mark.parametrize("method", split_between_passes(list(conformance.ROWS), KERAS2))
 def test_every_export_of_a_method_gives_one_answer_in_every_runtime(method):
     models = conformance.method_models(method)
     cells, files = conformance.measure(method, models, data())

@@ -136,6 +136,6 @@ def test_refusals_name_the_argument():
     layer = _layer()
     cache = [tf.zeros((1, 2, 6, 8)), tf.zeros((1, 2, 6, 8))]
     with pytest.raises(
-        ValueError, match="`sink_tokens` must be None for a layer with sliding_window"
+        ValueError, match="`sink_tokens` must be None for a layer with a sliding window"
     ):
         layer(tf.zeros((1, 1, 16)), cache=cache, cache_update_index=0, sink_tokens=2)
