@@ -28,7 +28,10 @@ class DecoderAttention(RelativeMultiHeadAttention):
     `sliding_window` W lets query `i` see keys `i - W < j` only (Mistral,
     Gemma 3's local layers: HF transformers' sliding window); and
     `attention_sinks` adds one learned logit per head to every softmax's
-    denominator (gpt-oss): weights `exp(l_j) / (sum_j exp(l_j) + exp(s_n))`.
+    denominator (gpt-oss): weights `exp(l_j) / (sum_j exp(l_j) + exp(s_n))`;
+    `query_temperature` `{"floor_scale": F, "attn_scale": a}` scales the
+    query at position p by `log(floor((p + 1) / F) + 1) a + 1` (Llama 4's
+    NoPE layers: sharper attention far into a long context).
 
     Args:
         num_heads: int, the number of heads N.
@@ -43,6 +46,8 @@ class DecoderAttention(RelativeMultiHeadAttention):
         sliding_window: int or None, the sliding window W. Defaults to `None`.
         attention_sinks: bool, a learned sink logit per head. Defaults to
             `False`.
+        query_temperature: dict or None, `floor_scale` and `attn_scale` of
+            Llama 4's position-dependent query scale. Defaults to `None`.
         **kwargs: the other arguments of `RelativeMultiHeadAttention`
             (`use_bias`, `rotary`, `position_bias`, `num_key_value_heads`, ...).
 
@@ -94,6 +99,7 @@ class DecoderAttention(RelativeMultiHeadAttention):
         query_scale=None,
         sliding_window=None,
         attention_sinks=False,
+        query_temperature=None,
         **kwargs,
     ):
         query_norm = optional_layer("query_norm", query_norm)
@@ -106,6 +112,7 @@ class DecoderAttention(RelativeMultiHeadAttention):
             "sliding_window", sliding_window, allow_none=True
         )
         attention_sinks = _checks.boolean("attention_sinks", attention_sinks)
+        query_temperature = check_temperature(query_temperature)
         _check_parts(kwargs, query_norm or key_norm, sliding_window, attention_sinks)
         super().__init__(num_heads, key_dim, **kwargs)
         self.query_norm = query_norm
@@ -114,6 +121,8 @@ class DecoderAttention(RelativeMultiHeadAttention):
         self.query_scale = query_scale
         self.sliding_window = sliding_window
         self.attention_sinks = attention_sinks
+        self.query_temperature = query_temperature
+        self._query_factors = None  # (T,) during a call with a temperature
 
     def build(self, query_shape, value_shape=None, key_shape=None):
         super().build(query_shape, value_shape, key_shape)
@@ -162,10 +171,11 @@ class DecoderAttention(RelativeMultiHeadAttention):
             if attention_mask is not None:
                 window = xp.logical_and(window, xp.cast(attention_mask, xp.bool))
             attention_mask = window
-        return super().call(
-            query,
-            value,
-            key,
+        if self.query_temperature is not None:
+            self._query_factors = self._temperature(
+                query, cache, cache_update_index, start_index, positions
+            )
+        given = dict(
             attention_mask=attention_mask,
             attention_bias=attention_bias,
             use_causal_mask=use_causal_mask,
@@ -182,6 +192,10 @@ class DecoderAttention(RelativeMultiHeadAttention):
             sink_tokens=sink_tokens,
             segment_ids=segment_ids,
         )
+        try:
+            return super().call(query, value, key, **given)
+        finally:
+            self._query_factors = None
 
     def get_config(self):
         config = super().get_config()
@@ -193,6 +207,7 @@ class DecoderAttention(RelativeMultiHeadAttention):
                 "query_scale": self.query_scale,
                 "sliding_window": self.sliding_window,
                 "attention_sinks": self.attention_sinks,
+                "query_temperature": self.query_temperature,
             }
         )
         return config
@@ -201,6 +216,8 @@ class DecoderAttention(RelativeMultiHeadAttention):
         """Why this layer cannot decode through a rolling cache, or None."""
         if self.sliding_window is not None:
             return "a sliding window (its own W keys, not a ring's)"
+        if self.query_temperature is not None:
+            return "query_temperature (it reads the text's positions)"
         return super().rolling_blocker()
 
     def _window_mask(self, query, key, cache, index, where):
@@ -225,7 +242,25 @@ class DecoderAttention(RelativeMultiHeadAttention):
             q = self.query_norm(q)
         if self.key_norm is not None:
             k = self.key_norm(k)
+        if self._query_factors is not None:  # (T,): one factor a position
+            q = q * xp.cast(self._query_factors, q.dtype)[None, :, None, None]
         return q, k
+
+    def _temperature(self, query, cache, index, start_index, positions):
+        """Float32 `(T,)`: Llama 4's query factor at each new token's position."""
+        if positions is None:
+            start = index if cache is not None else start_index
+            positions = xp.range(dim(query, 1)) + xp.cast(start, xp.int32)
+        where = xp.cast(positions, xp.float32)
+        if len(where.shape) != 1:
+            _checks.fail(
+                "positions",
+                "(T,) positions with query_temperature (one factor a position)",
+                f"shape {where.shape}",
+            )
+        floor_scale = self.query_temperature["floor_scale"]
+        scale = self.query_temperature["attn_scale"]
+        return xp.math.log1p(xp.floor((where + 1.0) / floor_scale)) * scale + 1.0
 
     def _dense(self, units, name, use_bias=None):
         if name != "attention_output" and self.qkv_bias is not None:
@@ -276,3 +311,15 @@ def _check_parts(kwargs, norms, sliding_window, attention_sinks):
             "rounding is not modelled)",
             kwargs.get("quantize"),
         )
+
+
+def check_temperature(value):
+    """Llama 4's `{"floor_scale", "attn_scale"}` checked (None stays None)."""
+    if value is None:
+        return None
+    if not isinstance(value, dict) or set(value) != {"floor_scale", "attn_scale"}:
+        _checks.fail("query_temperature", "a dict of floor_scale and attn_scale", value)
+    return {
+        "floor_scale": _checks.positive_float("floor_scale", value["floor_scale"]),
+        "attn_scale": _checks.positive_float("attn_scale", value["attn_scale"]),
+    }

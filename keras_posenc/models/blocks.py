@@ -13,6 +13,7 @@ import dataclasses
 import math
 
 from keras_posenc import _checks
+from keras_posenc.layers.decoder_attention import check_temperature
 from keras_posenc.ops.activations import ACTIVATIONS
 
 #: The norms a block may use.
@@ -52,6 +53,8 @@ class BlockOptions:
         layer_types: tuple of `LAYER_TYPES`, one per layer.
         sliding_window: int or None, the sliding layers' window W.
         attention_sinks: bool, a learned sink logit per head (gpt-oss).
+        nope_temperature: dict or None, Llama 4's query temperature
+            (`floor_scale`, `attn_scale`) on the NoPE layers (`nope_layers`).
     """
 
     norm: str = "layer"
@@ -75,6 +78,7 @@ class BlockOptions:
     layer_types: tuple = None
     sliding_window: int = None
     attention_sinks: bool = False
+    nope_temperature: dict = None
 
 
 #: Every key of `block_options`, in `BlockOptions`' order.
@@ -140,6 +144,7 @@ def check_block_options(block_options, hidden_dim, num_heads, num_layers):
         given["query_scale"] = _checks.positive_float(
             "query_scale", given["query_scale"]
         )
+    given["nope_temperature"] = check_temperature(given.get("nope_temperature"))
     given.update(_layer_types(given, num_layers))
     return BlockOptions(**given)
 

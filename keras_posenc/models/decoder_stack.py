@@ -214,6 +214,7 @@ def _attention(given, index):
         query_scale=block.query_scale,
         sliding_window=block.sliding_window if kind == "sliding" else None,
         attention_sinks=block.attention_sinks,
+        query_temperature=block.nope_temperature if nope else None,
         name=f"attention_{index}",
         **norms,
     )

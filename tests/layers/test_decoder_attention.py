@@ -112,6 +112,34 @@ def test_a_key_outside_the_window_never_changes_an_output():
     assert np.abs(z[:, 2:5] - y[:, 2:5]).max() > 1e-3
 
 
+def test_query_temperature_scales_each_query_by_llamas_factor():
+    """A NoPE layer with Llama 4's temperature: the logits of the query at
+    position p are `log(floor((p + 1) / F) + 1) a + 1` times the plain ones."""
+    temperature = {"floor_scale": 3.0, "attn_scale": 0.5}
+    plain = DecoderAttention(2, 4, use_bias=False)
+    tempered = DecoderAttention(2, 4, use_bias=False, query_temperature=temperature)
+    x = np.random.normal(size=(1, 9, 8)).astype("float32")
+    plain(x)
+    tempered(x)
+    tempered.set_weights(plain.get_weights())
+    _, plain_weights = plain(x, use_causal_mask=True, return_attention_scores=True)
+    _, weights = tempered(x, use_causal_mask=True, return_attention_scores=True)
+    p = np.arange(9.0)
+    factor = np.log1p(np.floor((p + 1) / 3.0)) * 0.5 + 1.0
+    logits = np.log(np.maximum(plain_weights.numpy(), 1e-30))  # up to a row shift
+    want = np.exp(logits * factor[None, None, :, None])
+    want = np.where(np.tril(np.ones((9, 9))) > 0, want, 0.0)
+    want /= want.sum(-1, keepdims=True)
+    np.testing.assert_allclose(weights.numpy(), want, atol=1e-5)
+    cache = [tf.zeros((1, 2, 12, 4)), tf.zeros((1, 2, 12, 4))]
+    whole = tempered(x, use_causal_mask=True).numpy()
+    steps = []
+    for t in range(9):
+        out, cache = tempered(x[:, t : t + 1], cache=cache, cache_update_index=t)
+        steps.append(out.numpy())
+    np.testing.assert_allclose(np.concatenate(steps, 1), whole, atol=1e-5)
+
+
 def test_qkv_bias_gives_the_three_input_projections_their_biases():
     layer = DecoderAttention(2, 4, use_bias=False, qkv_bias=True)
     layer(np.ones((1, 3, 8), "float32"))
@@ -131,6 +159,8 @@ def test_refusals_name_the_argument():
         DecoderAttention(2, 4, query_norm=RMSNorm(), quantize=True)
     with pytest.raises(ValueError, match="`sliding_window` must be"):
         DecoderAttention(2, 4, sliding_window=0)
+    with pytest.raises(ValueError, match="`query_temperature` must be a dict of"):
+        DecoderAttention(2, 4, query_temperature={"floor_scale": 8192})
     with pytest.raises(TypeError, match="`query_norm` must be"):
         DecoderAttention(2, 4, query_norm="rms")
     layer = _layer()

@@ -60,7 +60,9 @@ def test_every_method_decodes_as_it_recomputes_or_is_refused_by_name(position):
     options = {"max_length": 32, "nope_layers": [1]}
     if models.METHODS[position].rotary is not None:
         options["layer_rope"] = {"full": {"max_wavelength": 500.0}}
-    lm = _lm(position, position_options=options)
+    temperature = {"floor_scale": 2.0, "attn_scale": 0.5}  # Llama 4's, on NoPE
+    block = dict(MODERN, nope_temperature=temperature)
+    lm = _lm(position, block_options=block, position_options=options)
     whole = np.asarray(lm(TOKENS))
     np.testing.assert_allclose(_decode_steps(lm, TOKENS), whole, atol=2e-5)
 
