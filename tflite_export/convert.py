@@ -423,13 +423,20 @@ FLOAT_ONLY = (
 
 
 def integer_blockers(model):
-    """`[(layer name, reason)]` for layers whose ops have no integer kernels."""
-    return [
+    """`[(layer name, reason)]` for layers whose ops have no integer kernels:
+    the `FLOAT_ONLY` classes, and layers whose options say so themselves
+    (their `integer_blocker`: a decoder attention's sinks, an exact GELU)."""
+    found = [
         (layer.name, reason)
         for layer in nested_layers(model)
         for kind, reason in FLOAT_ONLY
         if isinstance(layer, kind)
     ]
+    for layer in nested_layers(model):
+        reason = getattr(layer, "integer_blocker", None)
+        if reason is not None:
+            found.append((layer.name, reason))
+    return found
 
 
 def refuse_float_only_layers(model, mode):
@@ -455,7 +462,8 @@ def microcontroller_blockers(model):
                     "TFLM lacks; use keras_posenc.TokenEmbedding",
                 )
             )
-        if "gelu" in str(config.get("activation", "")):
+        written_out = isinstance(layer, keras_posenc.layers.FeedForward)
+        if "gelu" in str(config.get("activation", "")) and not written_out:
             blockers.append(
                 (
                     layer.name,

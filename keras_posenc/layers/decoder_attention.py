@@ -220,6 +220,21 @@ class DecoderAttention(RelativeMultiHeadAttention):
             return "query_temperature (it reads the text's positions)"
         return super().rolling_blocker()
 
+    @property
+    def integer_blocker(self):
+        """Why an int8 export of this layer has no integer kernels, or None."""
+        if self.attention_sinks:
+            return (
+                "attention_sinks divide by exponentials written out beside the "
+                "softmax (EXP: float-only in TFLM); convert with mode='float32'"
+            )
+        if self.query_temperature is not None:
+            return (
+                "query_temperature takes FLOOR and LOG of the runtime position "
+                "(float-only in TFLM); convert with mode='float32'"
+            )
+        return None
+
     def _window_mask(self, query, key, cache, index, where):
         """Boolean `(1, T, S)` (or `(B, T, S)`): the sliding window's keys."""
         start_index, positions, key_positions = where

@@ -118,6 +118,16 @@ class FeedForward(keras.layers.Layer):
         )
         return config
 
+    @property
+    def integer_blocker(self):
+        """Why an int8 export of this layer has no integer kernels, or None."""
+        if self.activation == "gelu":
+            return (
+                "the exact GELU's error function (ERF) has no integer kernel; "
+                "use activation='gelu_tanh' (TANH, MUL and ADD)"
+            )
+        return None
+
     def _dense(self, units, name):
         return keras.layers.Dense(
             units,

@@ -15,6 +15,7 @@ import re
 import sys
 
 from keras_posenc._backend import BACKENDS
+from keras_posenc.models.decoder_stack import DecoderStack
 from keras_posenc.models.methods import (
     LOCAL_METHODS,
     LSH_METHODS,
@@ -118,15 +119,14 @@ def capabilities(method):
 def block_capabilities(position, num_layers, block_options, position_options=None):
     """The `Capabilities` of a causal LM of `position` with `block_options`.
 
-    int8 as the method's, unless the feed-forward's activation has no int8
-    kernel (the exact GELU's error function); no QAT (the blocks' rounding
-    is not modelled: `quantize=True` is refused with `block_options`);
+    int8 as the method's, unless a layer says it has no integer kernels
+    (`integer_blocker`: the exact GELU, sinks, Llama 4's temperature); no
+    QAT (the blocks' rounding is not modelled: `quantize=True` is refused
+    with `block_options`);
     streaming where the `DecoderStack` has no blocker (sliding layers and
     absolute tables have); grouped-query always; encoders, block-local, LSH
     and packed rows as the conformance page does not measure them (False).
     """
-    from keras_posenc.models.decoder_stack import DecoderStack
-
     record = METHODS[position]
     stack = DecoderStack(
         position,
@@ -141,7 +141,7 @@ def block_capabilities(position, num_layers, block_options, position_options=Non
         generated=record.generated,
         encoder=False,
         causal_lm=True,
-        int8=record.int8_kernels and stack.options.activation != "gelu",
+        int8=record.int8_kernels and not _integer_blocked(stack),
         qat=False,
         streaming=stack.streaming_blocker() is None,
         grouped_query=True,
@@ -150,6 +150,12 @@ def block_capabilities(position, num_layers, block_options, position_options=Non
         packed=False,
         backends={b: b in record.backends for b in BACKENDS},
     )
+
+
+def _integer_blocked(stack):
+    """Whether a stack's layer says it has no integer kernels."""
+    layers = [*stack.blocks, *stack.ffn]
+    return any(getattr(layer, "integer_blocker", None) for layer in layers)
 
 
 def _builds_grouped_query(method):

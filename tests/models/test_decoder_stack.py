@@ -195,3 +195,30 @@ def test_bad_block_options_are_refused_by_name(kwargs, error, match):
     block = kwargs.pop("block_options", {})
     with pytest.raises(error, match=match):
         _lm(block_options=block, **kwargs)
+
+
+@pytest.mark.parametrize(
+    "block, match",
+    [
+        ({"attention_sinks": True}, "attention_sinks divide by exponentials"),
+        ({"activation": "gelu"}, "the exact GELU's error function"),
+        (
+            {"nope_temperature": {"floor_scale": 4.0, "attn_scale": 0.1}},
+            "query_temperature takes FLOOR and LOG",
+        ),
+    ],
+)
+def test_float_only_block_options_are_refused_at_int8_before_converting(
+    tmp_path, block, match
+):
+    """The capability says no int8, and the exporter says so by name."""
+    pytest.importorskip("ai_edge_litert", reason="needs ai-edge-litert (LiteRT)")
+    from keras_posenc.models.capabilities import block_capabilities
+    from tflite_export import ExportError, convert_causal_lm
+
+    options = {"max_length": 32, "nope_layers": [1]}
+    assert not block_capabilities("rope", 3, dict(MODERN, **block), options).int8
+    assert block_capabilities("rope", 3, MODERN, options).int8
+    lm = _lm(block_options=dict(MODERN, **block), position_options=options)
+    with pytest.raises(ExportError, match=match):
+        convert_causal_lm(lm, TOKENS, mode="int8", max_length=16, target="tflm")
