@@ -39,7 +39,7 @@ SPREAD = 0.1
 #: The Keras 2 pass's methods (the others run in the Keras 3 pass): half of
 #: the heavy ones and one of the two refused at int8.
 KERAS2 = ("none", "sinusoidal", "t5", "dynamic_bias", "hpn", "recursive", "rope")
-KERAS2 += ("fire", "cope", "gpt2_block")
+KERAS2 += ("fire", "cope")  # the block rows run in the Keras 3 pass
 
 
 @functools.cache
