@@ -149,6 +149,15 @@ def test_a_config_that_would_change_the_answer_is_refused_by_name(
         models.from_hf(str(folder))
 
 
+def test_unscaled_gpt2_logits_are_refused_by_name(folders, tmp_path):
+    folder = _copy(folders, tmp_path, "gpt2")
+    _edit_config(folder, scale_attn_weights=False)
+    with pytest.raises(
+        ValueError, match=r"config\['scale_attn_weights'\]` must be True"
+    ):
+        models.from_hf(str(folder))
+
+
 def test_gemma3_logit_soft_capping_is_refused_by_name(folders, tmp_path):
     if "gemma3_text" not in folders:
         pytest.skip("gemma3_text runs in the Keras 3 pass")

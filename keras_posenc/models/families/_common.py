@@ -46,11 +46,18 @@ ROPE_KEYS = {
 }
 #: HF `layer_types` names -> ours.
 LAYER_TYPES = {"full_attention": "full", "sliding_attention": "sliding"}
-_SHARED = {"max_wavelength", "rotary_dim", "rope_type", "scaling_factor"}
-_SHARED |= {"original_max_position_embeddings"}
+#: Our rotary options that are `RotaryEmbedding` arguments of their own (the
+#: rest go in its `rope_parameters`).
+_SHARED = {
+    "max_wavelength",
+    "rotary_dim",
+    "rope_type",
+    "scaling_factor",
+    "original_max_position_embeddings",
+}
 
 
-def get(config, key, default=None, model_type=None):
+def get(config, key, default=None):
     """`config[key]`, or `default` when absent or null."""
     value = config.get(key)
     return default if value is None else value

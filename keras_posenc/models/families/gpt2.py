@@ -1,6 +1,7 @@
 """GPT-2: pre-norm LayerNorm blocks, a learned absolute position table, GELU
 (tanh) and Conv1D `(in, out)` weights with a fused query-key-value kernel."""
 
+from keras_posenc import _checks
 from keras_posenc.models.families import _common
 from keras_posenc.models.families._common import Entry, columns
 
@@ -25,7 +26,11 @@ def arguments(config):
         "not built",
     )
     if config.get("scale_attn_weights") is False:
-        _common.refuse_set(config, ["scale_attn_weights"], "unscaled logits")
+        _checks.fail(
+            "config['scale_attn_weights']",
+            "True (unscaled logits are not built)",
+            False,
+        )
     width = config["n_embd"]
     return dict(
         vocab_size=config["vocab_size"],
