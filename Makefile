@@ -45,11 +45,15 @@ test-keras2: install
 # Two lanes on the two cores, one thread each (10% faster than two
 # processes of two threads): Keras 3 on TensorFlow; Keras 2, then
 # tests/backends on JAX and on PyTorch. Each pass lists its 15 slowest
-# tests; the second lane's log is printed after.
+# tests; the second lane's log is printed after. The backend passes share
+# the .keras files each backend saves (KERAS_POSENC_BACKEND_FILES, kept
+# under a digest of the sources), so each backend saves them once.
+BACKEND_FILES := $(CURDIR)/.pytest-backend-files
 ONE_THREAD := TF_NUM_INTRAOP_THREADS=1 TF_NUM_INTEROP_THREADS=1 OMP_NUM_THREADS=1 \
-	XLA_FLAGS=--xla_cpu_multi_thread_eigen=false
+	XLA_FLAGS=--xla_cpu_multi_thread_eigen=false KERAS_POSENC_BACKEND_FILES=$(BACKEND_FILES)
 BACKEND_TESTS := tests/backends
 test: lint
+	@rm -rf $(BACKEND_FILES)
 	@( $(ONE_THREAD) TF_USE_LEGACY_KERAS=1 $(PY) -m pytest -q --durations=15 tests; \
 	   failed=$$?; \
 	   for backend in jax torch; do \
@@ -85,4 +89,4 @@ bench-quick: install $(LITERT_TORCH)
 	$(PY) -m benchmarks --quick $(BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache
+	rm -rf $(VENV) build *.egg-info .pytest_cache $(BACKEND_FILES)

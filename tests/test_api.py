@@ -171,11 +171,13 @@ def test_the_attention_class_reads_in_one_sitting():
 #: attention's window and key heads (keras-hub's and Keras'
 #: `GroupedQueryAttention`'s names), taken the same way by the builders, and
 #: the attention's kernel grid for int4 LMs (an argument, not a context);
-#: the LM's `block_options`, the one dict of its layers' make-up.
+#: the LM's `block_options`, the one dict of its layers' make-up; the
+#: rotary layer's M-RoPE layout (Qwen2-VL chunked or Qwen3-VL interleaved).
 WIDER = {
     "RelativeMultiHeadAttention.__init__": 16,
     "build_encoder": 15,
     "CausalLM.__init__": 14,
+    "RotaryEmbedding.__init__": 13,
 }
 
 

@@ -127,6 +127,24 @@ def sections(value, coordinate_dim, half=None):
     return value
 
 
+def interleaved_sections(value, sections_):
+    """Interleaved M-RoPE needs sections each of whose slots fit in r/2."""
+    value = _checks.boolean("interleaved_sections", value)
+    if value and sections_ is None:
+        _checks.fail("interleaved_sections", "False without sections=...", value)
+    if value:
+        count, half = len(sections_), sum(sections_)
+        for c, size in enumerate(sections_[1:], start=1):
+            if c + count * (size - 1) >= half:
+                _checks.fail(
+                    "sections",
+                    f"interleavable: coordinate {c}'s {size} slots c + {count}k "
+                    f"must stay below r/2 = {half}",
+                    sections_,
+                )
+    return value
+
+
 def coordinates(
     coordinate_dim, grid_shape, sections_, learned, rotary_dim, rope_type, xpos
 ):

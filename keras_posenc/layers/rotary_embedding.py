@@ -43,8 +43,10 @@ class RotaryEmbedding(keras.layers.Layer):
     causal attention). `coordinate_dim=C` takes C coordinates per position:
     axial (slots split evenly, each coordinate its own spectrum), M-RoPE
     with `sections` (slot section c turns with coordinate c: equal
-    coordinates give 1-D RoPE), or RoPE-Mixed with `learned_frequencies`
-    (a trained per-head `(N, C, r/2)` matrix, starting axial).
+    coordinates give 1-D RoPE; `interleaved_sections` spreads each section
+    round-robin over the spectrum, Qwen3-VL's layout), or RoPE-Mixed with
+    `learned_frequencies` (a trained per-head `(N, C, r/2)` matrix, starting
+    axial).
 
     Args:
         max_wavelength: float, the base. Defaults to `10000.0`.
@@ -66,6 +68,10 @@ class RotaryEmbedding(keras.layers.Layer):
             Defaults to `None`.
         sections: tuple of C ints summing to r/2 (M-RoPE). Defaults to `None`.
         learned_frequencies: bool, trained frequencies. Defaults to `False`.
+        interleaved_sections: bool, Qwen3-VL's interleaved M-RoPE: slot i
+            turns with coordinate `c = i mod C` while `i < C * sections[c]`,
+            the others with coordinate 0 (`ops.rotary.section_owners`).
+            Needs `sections`. Defaults to `False`.
 
     Call arguments:
         inputs: tensor `(B, T, H)` or `(B, T, N, H)`.
@@ -94,6 +100,7 @@ class RotaryEmbedding(keras.layers.Layer):
         - [Sun et al., 2022 (xPos)](https://arxiv.org/abs/2212.10554)
         - [Heo et al., 2024 (RoPE-Mixed)](https://arxiv.org/abs/2403.13298)
         - [Wang et al., 2024 (Qwen2-VL M-RoPE)](https://arxiv.org/abs/2409.12191)
+        - [Bai et al., 2025 (Qwen3-VL interleaved M-RoPE)](https://arxiv.org/abs/2511.21631)
     """
 
     def __init__(
@@ -110,6 +117,7 @@ class RotaryEmbedding(keras.layers.Layer):
         grid_shape=None,
         sections=None,
         learned_frequencies=False,
+        interleaved_sections=False,
         **kwargs,
     ):
         max_wavelength = _checks.positive_float("max_wavelength", max_wavelength)
@@ -133,6 +141,9 @@ class RotaryEmbedding(keras.layers.Layer):
                 xpos_scale_base,
             )
         )
+        interleaved_sections = _rope_checks.interleaved_sections(
+            interleaved_sections, sections
+        )
         super().__init__(**kwargs)
         self.max_wavelength = max_wavelength
         self.rotary_dim = rotary_dim
@@ -146,6 +157,7 @@ class RotaryEmbedding(keras.layers.Layer):
         self.grid_shape = grid_shape
         self.sections = sections
         self.learned_frequencies = learned_frequencies
+        self.interleaved_sections = interleaved_sections
         self.supports_masking = True
 
     def build(self, input_shape):
@@ -198,6 +210,7 @@ class RotaryEmbedding(keras.layers.Layer):
                 "grid_shape": self.grid_shape,
                 "sections": self.sections,
                 "learned_frequencies": self.learned_frequencies,
+                "interleaved_sections": self.interleaved_sections,
             }
         )
         return config
@@ -273,7 +286,14 @@ class RotaryEmbedding(keras.layers.Layer):
         r, c = self._width, self.coordinate_dim
         parameters = self._rope_parameters()
         return rotary.frequency_matrix(
-            self.rope_type, r, self.max_wavelength, parameters, c, self.sections, length
+            self.rope_type,
+            r,
+            self.max_wavelength,
+            parameters,
+            c,
+            self.sections,
+            length,
+            self.interleaved_sections,
         )
 
     def _rope_parameters(self):

@@ -161,20 +161,21 @@ class CausalLM(SegmentIdsCheck, Generating, keras.Model):
     def get_config(self):
         config = {"name": self.name, "trainable": self.trainable, **self._lm_config}
         rotary = [x for x in nested_layers(self) if isinstance(x, RotaryEmbedding)]
-        per_layer = "layer_rope" in (config["position_options"] or {})
-        if (
-            rotary and not per_layer
-        ):  # the scaling in force (`utils.set_rope_scaling` changes it)
-            options = dict(config["position_options"] or {})
-            options.update(
-                rope_type=rotary[0].rope_type,
-                scaling_factor=rotary[0].scaling_factor,
-                original_max_position_embeddings=(
-                    rotary[0].original_max_position_embeddings
-                ),
-                rope_parameters=dict(rotary[0].rope_parameters),
-            )
-            config["position_options"] = options
+        if not rotary:
+            return config
+        # The scaling in force (`utils.set_rope_scaling` changes it).
+        options = dict(config["position_options"] or {})
+        if "layer_rope" in options:  # each layer type's, from its first layer
+            per_type = {kind: dict(o) for kind, o in options["layer_rope"].items()}
+            stack = self._parts.stack
+            for attention, kind in zip(stack.blocks, stack.options.layer_types):
+                if attention.rotary is not None:
+                    scaling = _scaling_in_force(attention.rotary)
+                    per_type[kind] = {**per_type.get(kind, {}), **scaling}
+            options["layer_rope"] = per_type
+        else:
+            options.update(_scaling_in_force(rotary[0]))
+        config["position_options"] = options
         return config
 
     @classmethod
@@ -294,6 +295,16 @@ CONFIG_KEYS = (
     "num_key_value_heads",
     "block_options",
 )
+
+
+def _scaling_in_force(rotary):
+    """A rotary layer's scaling as position options."""
+    return dict(
+        rope_type=rotary.rope_type,
+        scaling_factor=rotary.scaling_factor,
+        original_max_position_embeddings=rotary.original_max_position_embeddings,
+        rope_parameters=dict(rotary.rope_parameters),
+    )
 
 
 #: The arguments both stacks take from a `CausalLM`'s, in their order.

@@ -206,20 +206,21 @@ def frequency_matrix(
     coordinates=1,
     sections=None,
     length=None,
+    interleaved_sections=False,
 ):
     """Float32 `(C, r/2)`: the inverse frequency of each slot for each coordinate.
 
     One coordinate: the type's frequencies. `sections` (M-RoPE): the full
-    spectrum, slot `i` owned by the coordinate whose section holds it.
-    Otherwise axial: each coordinate owns r/(2C) consecutive slots with the
-    spectrum of a rotary width r/C.
+    spectrum, slot `i` owned by the coordinate whose section holds it
+    (`section_owners`). Otherwise axial: each coordinate owns r/(2C)
+    consecutive slots with the spectrum of a rotary width r/C.
     """
     half = rotary_dim // 2
     if coordinates == 1 or sections:
         inv = rope_frequencies(rope_type, rotary_dim, max_wavelength, params, length)
         if coordinates == 1:
             return inv[None]
-        owner = np.repeat(np.arange(coordinates), sections)  # slot -> coordinate
+        owner = section_owners(sections, interleaved_sections)  # slot -> coordinate
         mine = np.arange(coordinates)[:, None] == owner[None]
         return xp.constant(mine, xp.float32) * inv
     per = half // coordinates
@@ -229,6 +230,24 @@ def frequency_matrix(
         for k in range(coordinates)
     ]
     return xp.stack(rows)
+
+
+def section_owners(sections, interleaved=False):
+    """`(r/2,)` ints: the coordinate that turns each slot under M-RoPE.
+
+    Chunked (Qwen2-VL): coordinate c owns `sections[c]` consecutive slots.
+    Interleaved (Qwen3-VL): slots go round-robin, slot i to coordinate
+    `c = i mod C` while `i < C * sections[c]` (c >= 1); every other slot is
+    coordinate 0's (time), so each coordinate still owns `sections[c]` slots
+    but spread over the whole spectrum.
+    """
+    if not interleaved:
+        return np.repeat(np.arange(len(sections)), sections)
+    count = len(sections)
+    owner = np.zeros(sum(sections), np.int64)
+    for c in range(1, count):
+        owner[c : count * sections[c] : count] = c
+    return owner
 
 
 def rope_attention_factor(rope_type, params):

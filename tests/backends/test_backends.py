@@ -42,6 +42,37 @@ def _installed(backend):
     return importlib.util.find_spec(PACKAGES[backend]) is not None
 
 
+#: A directory where the passes of one `make test` share what each backend
+#: saved (unset: each pass saves its own). Files are kept under a digest of
+#: the package's and these tests' sources and the Keras version, so a pass
+#: reads only what the same code wrote.
+SHARED = os.environ.get("KERAS_POSENC_BACKEND_FILES")
+
+
+def _digest(backend):
+    import hashlib
+
+    digest = hashlib.sha256(f"{backend} {keras.__version__}".encode())
+    root = os.path.dirname(os.path.dirname(HERE))
+    for folder in ("keras_posenc", os.path.join("tests", "backends")):
+        for directory, _, names in sorted(os.walk(os.path.join(root, folder))):
+            for name in sorted(n for n in names if n.endswith(".py")):
+                with open(os.path.join(directory, name), "rb") as file:
+                    digest.update(name.encode() + file.read())
+    return digest.hexdigest()[:16]
+
+
+def _save_on(backend, path):
+    """Runs `reference.py` on `backend` into `path`: None, or its stderr."""
+    env = dict(os.environ, KERAS_BACKEND=backend)
+    env.pop("TF_USE_LEGACY_KERAS", None)
+    script = os.path.join(HERE, "reference.py")
+    run = subprocess.run(
+        [sys.executable, script, str(path)], env=env, capture_output=True, text=True
+    )
+    return None if run.returncode == 0 else run.stderr
+
+
 @pytest.fixture(scope="session")
 def saved_on(tmp_path_factory):
     """`saved_on(backend)`: the directory of every case saved on `backend`."""
@@ -51,17 +82,20 @@ def saved_on(tmp_path_factory):
         if not _installed(backend):
             pytest.skip(f"needs {PACKAGES[backend]} (pip install -e '.[backends]')")
         if backend not in made:
-            path = tmp_path_factory.mktemp(f"saved-on-{backend}")
-            env = dict(os.environ, KERAS_BACKEND=backend)
-            env.pop("TF_USE_LEGACY_KERAS", None)
-            script = os.path.join(HERE, "reference.py")
-            run = subprocess.run(
-                [sys.executable, script, str(path)],
-                env=env,
-                capture_output=True,
-                text=True,
-            )
-            made[backend] = str(path) if run.returncode == 0 else run.stderr
+            path = str(tmp_path_factory.mktemp(f"saved-on-{backend}"))
+            shared = SHARED and os.path.join(SHARED, f"{backend}-{_digest(backend)}")
+            if shared and os.path.isdir(shared):
+                made[backend] = shared  # saved by an earlier pass of this code
+            else:
+                failed = _save_on(backend, path)
+                made[backend] = failed or path
+                if shared and not failed:
+                    os.makedirs(SHARED, exist_ok=True)
+                    try:  # atomic: a pass sees all of it or none
+                        os.rename(path, shared)
+                        made[backend] = shared
+                    except OSError:  # another pass got there first
+                        pass
         if not os.path.isdir(made[backend]):
             pytest.fail(f"reference.py on {backend} failed:\n{made[backend][-3000:]}")
         return made[backend]

@@ -36,10 +36,12 @@ FLOORS.update({"float32 LiteRT": 1.0, "int4 LiteRT": 0.75, "int4 TFLM": 0.75})
 #: How far a re-measured Keras share may sit from the page's (threads and
 #: Keras versions order float sums apart, and training follows).
 SPREAD = 0.1
-#: The Keras 2 pass's methods (the others run in the Keras 3 pass): half of
-#: the heavy ones and one of the two refused at int8.
+#: The Keras 2 pass's methods (the others run in the Keras 3 pass): about
+#: half of the rows' time (`make test` runs the passes side by side) and one
+#: of the two refused at int8.
 KERAS2 = ("none", "sinusoidal", "t5", "dynamic_bias", "hpn", "recursive", "rope")
-KERAS2 += ("fire", "cope")  # the block rows run in the Keras 3 pass
+KERAS2 += ("fire", "cope", "clipped", "kerple", "alibi")
+# (the block rows, with the package's other heavy rows, in the Keras 3 pass)
 
 
 @functools.cache

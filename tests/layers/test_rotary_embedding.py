@@ -209,6 +209,43 @@ def test_mrope_with_equal_coordinates_is_one_dimensional_rope():
     )
 
 
+def test_interleaved_mrope_matches_the_numpy_oracle():
+    """Qwen3-VL's layout written out: slot i turns with h if i % 3 == 1 and
+    i < 3 s_h, with w if i % 3 == 2 and i < 3 s_w, else with t."""
+    sections, head = (6, 5, 5), 32
+    x = np.random.normal(size=(2, 7, head)).astype("float32")
+    coordinates = np.random.default_rng(1).integers(0, 40, (2, 7, 3))
+    layer = RotaryEmbedding(
+        coordinate_dim=3, sections=sections, interleaved_sections=True
+    )
+    out = layer(x, positions=coordinates).numpy()
+    inv = default_inv(head)
+    owner = [
+        1
+        if i % 3 == 1 and i < 3 * sections[1]
+        else 2
+        if i % 3 == 2 and i < 3 * sections[2]
+        else 0
+        for i in range(head // 2)
+    ]
+    assert [owner.count(c) for c in range(3)] == list(sections)
+    want = np.empty_like(out)
+    for b in range(2):
+        for t in range(7):
+            angles = np.array([coordinates[b, t, owner[i]] * inv[i] for i in range(16)])
+            c, s = np.cos(angles), np.sin(angles)
+            a, z = x[b, t, :16], x[b, t, 16:]
+            want[b, t] = np.concatenate([a * c - z * s, z * c + a * s])
+    np.testing.assert_allclose(out, want, atol=1e-4)
+    text = np.stack([np.arange(7)] * 3, -1)  # t = h = w: 1-D RoPE
+    np.testing.assert_allclose(
+        layer(x, positions=text).numpy(), RotaryEmbedding()(x).numpy(), atol=1e-5
+    )
+    again = RotaryEmbedding.from_config(layer.get_config())
+    assert again.interleaved_sections is True
+    np.testing.assert_allclose(again(x, positions=coordinates).numpy(), out)
+
+
 def test_axial_matches_the_numpy_oracle_per_axis():
     x = np.random.normal(size=(1, 6, H)).astype("float32")
     out = RotaryEmbedding(coordinate_dim=2, grid_shape=(2, 3))(x).numpy()
@@ -336,6 +373,21 @@ def test_mixed_precision_keeps_large_positions_exact():
             {"coordinate_dim": 2, "sections": (1, 1), "rotary_dim": 8},
             ValueError,
             r"`sections` must be summing to rotary_dim / 2 = 4",
+        ),
+        (
+            {"interleaved_sections": True},
+            ValueError,
+            "`interleaved_sections` must be False without sections",
+        ),
+        (
+            {"coordinate_dim": 3, "sections": (1, 1, 2), "interleaved_sections": True},
+            ValueError,
+            r"`sections` must be interleavable: coordinate 2's 2 slots",
+        ),
+        (
+            {"interleaved_sections": 1},
+            TypeError,
+            "`interleaved_sections` must be a bool",
         ),
         (
             {"coordinate_dim": 2, "xpos_scale_base": 512},

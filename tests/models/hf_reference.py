@@ -220,7 +220,47 @@ def write(out, case):
         json.dump({"model_type": model_type, "greedy": greedy}, file)
 
 
+#: Not a model: Qwen3-VL's interleaved M-RoPE on 3-D positions (`write_rotary`).
+ROTARY = "qwen3_vl_rotary"
+ROTARY_SECTIONS = (6, 5, 5)
+
+
+def write_rotary(out):
+    """`OUT/qwen3_vl_rotary/reference.npz`: Qwen3-VL's own cos and sin of
+    random (t, h, w) positions, head size 32 (16 slots: sections 6, 5, 5)."""
+    from transformers.models.qwen3_vl import modeling_qwen3_vl
+
+    config = transformers.AutoConfig.for_model(
+        "qwen3_vl_text",
+        hidden_size=64,
+        num_attention_heads=2,
+        head_dim=32,
+        rope_parameters={
+            "rope_type": "default",
+            "rope_theta": 5000.0,
+            "mrope_section": list(ROTARY_SECTIONS),
+            "mrope_interleaved": True,
+        },
+    )
+    rotary = modeling_qwen3_vl.Qwen3VLTextRotaryEmbedding(config)
+    positions = np.random.default_rng(3).integers(0, 50, (3, 2, 7))
+    x = torch.zeros(2, 7, 64)
+    with torch.no_grad():
+        cos, sin = rotary(x, torch.tensor(positions))
+    folder = os.path.join(out, ROTARY)
+    os.makedirs(folder, exist_ok=True)
+    np.savez(
+        os.path.join(folder, "reference.npz"),
+        positions=positions,
+        cos=cos.numpy(),
+        sin=sin.numpy(),
+    )
+
+
 if __name__ == "__main__":
     torch.set_num_threads(1)
     for name in sys.argv[2:]:
-        write(sys.argv[1], name)
+        if name == ROTARY:
+            write_rotary(sys.argv[1])
+        else:
+            write(sys.argv[1], name)

@@ -222,3 +222,23 @@ def test_float_only_block_options_are_refused_at_int8_before_converting(
     lm = _lm(block_options=dict(MODERN, **block), position_options=options)
     with pytest.raises(ExportError, match=match):
         convert_causal_lm(lm, TOKENS, mode="int8", max_length=16, target="tflm")
+
+
+def test_a_rescaled_per_type_model_keeps_its_scaling_through_its_config():
+    """`set_rope_scaling` on a `layer_rope` model: `get_config` records the
+    scaling in force for each layer type, so a copy gives the same logits."""
+    from keras_posenc.utils import set_rope_scaling
+
+    options = {"max_length": 32, "layer_rope": {"full": {"max_wavelength": 500.0}}}
+    lm = _lm(position_options=options)
+    before = np.asarray(lm(TOKENS))
+    set_rope_scaling(lm, "linear", scaling_factor=4.0)
+    after = np.asarray(lm(TOKENS))
+    assert np.abs(after - before).max() > 1e-4  # the scaling changed the logits
+    config = lm.get_config()
+    full = config["position_options"]["layer_rope"]["full"]
+    assert full["max_wavelength"] == 500.0 and full["rope_type"] == "linear"
+    assert config["position_options"]["layer_rope"]["sliding"]["scaling_factor"] == 4.0
+    copy = models.CausalLM.from_config(config)
+    copy.set_weights(lm.get_weights())
+    np.testing.assert_allclose(np.asarray(copy(TOKENS)), after, atol=1e-6)

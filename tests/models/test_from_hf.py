@@ -19,7 +19,13 @@ from keras_posenc import IS_KERAS_3, models
 
 HERE = os.path.dirname(__file__)
 sys.path.insert(0, HERE)
-from hf_reference import CASES, NEW_TOKENS, PREFIX  # noqa: E402
+from hf_reference import (  # noqa: E402
+    CASES,
+    NEW_TOKENS,
+    PREFIX,
+    ROTARY,
+    ROTARY_SECTIONS,
+)
 
 pytestmark = [
     pytest.mark.slow,
@@ -41,18 +47,49 @@ def folders(tmp_path_factory):
     out = tmp_path_factory.mktemp("hf")
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")
     done = subprocess.run(
-        [sys.executable, os.path.join(HERE, "hf_reference.py"), str(out), *RUN],
+        [
+            sys.executable,
+            os.path.join(HERE, "hf_reference.py"),
+            str(out),
+            *RUN,
+            ROTARY,
+        ],
         capture_output=True,
         text=True,
         env=env,
         timeout=600,
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    return {case: str(out / case) for case in RUN}
+    return {case: str(out / case) for case in [*RUN, ROTARY]}
 
 
 def _reference(folder):
     return dict(np.load(os.path.join(folder, "reference.npz")))
+
+
+def test_interleaved_mrope_turns_as_qwen3_vl_does(folders):
+    """`interleaved_sections=True` gives Qwen3-VL's own cos and sin of 3-D
+    (t, h, w) positions (its rotary class, in the child process)."""
+    from keras_posenc import RotaryEmbedding
+
+    reference = _reference(folders[ROTARY])
+    positions = np.moveaxis(reference["positions"], 0, -1).astype("float32")
+    rope = RotaryEmbedding(
+        max_wavelength=5000.0,
+        coordinate_dim=3,
+        sections=ROTARY_SECTIONS,
+        interleaved_sections=True,
+    )
+    rope.build((2, 7, 32))
+    cos, sin = rope.cos_sin(positions)  # (B, T, 16): HF repeats them twice
+    np.testing.assert_allclose(cos, reference["cos"][..., :16], atol=2e-6)
+    np.testing.assert_allclose(sin, reference["sin"][..., :16], atol=2e-6)
+    chunked = RotaryEmbedding(
+        max_wavelength=5000.0, coordinate_dim=3, sections=ROTARY_SECTIONS
+    )
+    chunked.build((2, 7, 32))
+    chunked_cos = chunked.cos_sin(positions)[0]
+    assert np.abs(chunked_cos - reference["cos"][..., :16]).max() > 0.1
 
 
 @pytest.mark.parametrize("case", RUN)
