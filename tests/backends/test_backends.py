@@ -11,8 +11,10 @@ backends. The tests here use `keras.ops` and NumPy only.
 
 import importlib.util
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 
 import keras
 import numpy as np
@@ -82,20 +84,22 @@ def saved_on(tmp_path_factory):
         if not _installed(backend):
             pytest.skip(f"needs {PACKAGES[backend]} (pip install -e '.[backends]')")
         if backend not in made:
-            path = str(tmp_path_factory.mktemp(f"saved-on-{backend}"))
             shared = SHARED and os.path.join(SHARED, f"{backend}-{_digest(backend)}")
             if shared and os.path.isdir(shared):
                 made[backend] = shared  # saved by an earlier pass of this code
-            else:
+            elif shared:  # saved beside `shared`, then renamed: all of it or none
+                os.makedirs(SHARED, exist_ok=True)
+                path = tempfile.mkdtemp(dir=SHARED)
                 failed = _save_on(backend, path)
-                made[backend] = failed or path
-                if shared and not failed:
-                    os.makedirs(SHARED, exist_ok=True)
-                    try:  # atomic: a pass sees all of it or none
+                if not failed:
+                    try:
                         os.rename(path, shared)
-                        made[backend] = shared
-                    except OSError:  # another pass got there first
-                        pass
+                    except OSError:  # another pass saved it first: theirs
+                        shutil.rmtree(path)
+                made[backend] = failed or shared
+            else:
+                path = str(tmp_path_factory.mktemp(f"saved-on-{backend}"))
+                made[backend] = _save_on(backend, path) or path
         if not os.path.isdir(made[backend]):
             pytest.fail(f"reference.py on {backend} failed:\n{made[backend][-3000:]}")
         return made[backend]
