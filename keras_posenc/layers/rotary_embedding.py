@@ -68,10 +68,9 @@ class RotaryEmbedding(keras.layers.Layer):
             Defaults to `None`.
         sections: tuple of C ints summing to r/2 (M-RoPE). Defaults to `None`.
         learned_frequencies: bool, trained frequencies. Defaults to `False`.
-        interleaved_sections: bool, Qwen3-VL's interleaved M-RoPE: slot i
-            turns with coordinate `c = i mod C` while `i < C * sections[c]`,
-            the others with coordinate 0 (`ops.rotary.section_owners`).
-            Needs `sections`. Defaults to `False`.
+        interleaved_sections: bool, Qwen3-VL's M-RoPE layout: sections dealt
+            round-robin over the slots (`ops.rotary.section_owners`); needs
+            `sections`. Defaults to `False`.
 
     Call arguments:
         inputs: tensor `(B, T, H)` or `(B, T, N, H)`.
