@@ -39,9 +39,13 @@ from tflite_export.generate import generate_tflite, teacher_forced_logits
 from tflite_export.qat import quantize_aware
 
 #: Decoder-block rows (`block_options`): a family's block at the matrix's
-#: size, `{row: build_causal_lm arguments}` (beside `position`). A Llama block
-#: (RMS pre-norm, SwiGLU, RoPE) is not a row yet: its streaming int8 TFLM file
-#: gave LiteRT's greedy token on 47 of 48 steps (one file, two answers).
+#: size, `{row: build_causal_lm arguments}` (beside `position`). The Llama
+#: row carries the per-layer positions: a NoPE layer and p-RoPE. (With RoPE
+#: on both layers, its streaming int8 TFLM file gave LiteRT's token on 47 of
+#: 48 steps: LiteRT's top two logits were one int8 step apart there, and the
+#: runtimes differ by up to six, docs/edge.md; a near-tie, not a kernel.)
+#: Llama's block: RMS pre-norm, SwiGLU, no biases (three rows start from it).
+LLAMA = dict(norm="rms", norm_first=True, gated=True, activation="silu", use_bias=False)
 BLOCKS = {
     "gemma3_block": dict(
         position="rope",
@@ -64,6 +68,42 @@ BLOCKS = {
     "gpt2_block": dict(
         position="learned",
         block_options=dict(norm_first=True, activation="gelu_tanh"),
+    ),
+    "llama_block": dict(
+        position="rope",
+        block_options=LLAMA,
+        position_options={
+            "nope_layers": [1],
+            "layer_rope": {
+                "full": {
+                    "rope_type": "proportional",
+                    "rope_parameters": {"partial_rotary_factor": 0.5},
+                }
+            },
+        },
+    ),
+    "gpt_oss_block": dict(
+        position="rope",
+        block_options=dict(
+            LLAMA,
+            qkv_bias=True,
+            attention_sinks=True,
+            layer_types=["sliding", "full"],
+            sliding_window=4,
+        ),
+        position_options={
+            "rope_type": "yarn",
+            "scaling_factor": 2.0,
+            "original_max_position_embeddings": 8,
+        },
+    ),
+    "llama4_block": dict(
+        position="rope",
+        block_options=dict(
+            LLAMA,
+            nope_temperature={"floor_scale": 2.0, "attn_scale": 0.5},
+        ),
+        position_options={"nope_layers": [1]},
     ),
 }
 #: The matrix's rows: every method, then every decoder block.
@@ -321,9 +361,13 @@ table's `-` cells (int8, QAT, streaming, grouped-query): the test holds them.
 The `_block` rows are decoder blocks (`block_options`, `docs/decoders.md`) of
 the same size trained the same way: Gemma 3's (QK and post norms, `(1 + w)`
 scales, GeGLU, tied and scaled embeddings, a sliding and a full layer with
-their own bases) and
-GPT-2's (LayerNorm pre-norm, GELU, learned positions); their support is
-`models.capabilities.block_capabilities`.
+their own bases),
+GPT-2's (LayerNorm pre-norm, GELU, learned positions), and three with RMS
+pre-norm and SwiGLU carrying the per-layer positions: Llama's (p-RoPE on
+half the slots of its first layer, no positions in its second: NoPE),
+gpt-oss's (learned attention sinks, q/k/v biases, a sliding and a full
+layer, YaRN) and Llama 4's (a NoPE layer with its attention temperature);
+their support is `models.capabilities.block_capabilities`.
 """
 
 

@@ -425,7 +425,7 @@ FLOAT_ONLY = (
 def integer_blockers(model):
     """`[(layer name, reason)]` for layers whose ops have no integer kernels:
     the `FLOAT_ONLY` classes, and layers whose options say so themselves
-    (their `integer_blocker`: a decoder attention's sinks, an exact GELU)."""
+    (their `integer_blocker`: an exact GELU)."""
     found = [
         (layer.name, reason)
         for layer in nested_layers(model)

@@ -1,5 +1,7 @@
 """The attention of a modern decoder layer: per-head norms, sliding windows, sinks."""
 
+import numpy as np
+
 from keras_posenc import _checks, ops
 from keras_posenc._backend import xp
 from keras_posenc._compat import (
@@ -220,26 +222,11 @@ class DecoderAttention(RelativeMultiHeadAttention):
             return "query_temperature (it reads the text's positions)"
         return super().rolling_blocker()
 
-    @property
-    def integer_blocker(self):
-        """Why an int8 export of this layer has no integer kernels, or None."""
-        if self.attention_sinks:
-            return (
-                "attention_sinks divide by exponentials written out beside the "
-                "softmax (EXP: float-only in TFLM); convert with mode='float32'"
-            )
-        if self.query_temperature is not None:
-            return (
-                "query_temperature takes FLOOR and LOG of the runtime position "
-                "(float-only in TFLM); convert with mode='float32'"
-            )
-        return None
-
     def _window_mask(self, query, key, cache, index, where):
         """Boolean `(1, T, S)` (or `(B, T, S)`): the sliding window's keys."""
         start_index, positions, key_positions = where
         if cache is not None:  # new tokens at `index ...` against every slot
-            slots = (cache[0] if isinstance(cache, (list, tuple)) else cache).shape[2]
+            slots = _slots(cache)
             queries = xp.range(dim(query, 1)) + xp.cast(index, xp.int32)
             keys = xp.range(slots)
         else:
@@ -262,10 +249,20 @@ class DecoderAttention(RelativeMultiHeadAttention):
         return q, k
 
     def _temperature(self, query, cache, index, start_index, positions):
-        """Float32 `(T,)`: Llama 4's query factor at each new token's position."""
+        """Float32 `(T,)`: Llama 4's query factor at each new token's position.
+
+        Decoding into a cache of S slots, the factors are a constant table of
+        the S positions gathered at the new tokens' (an int8 GATHER, where
+        the formula's FLOOR and LOG run in float only in TFLM).
+        """
         if positions is None:
             start = index if cache is not None else start_index
-            positions = xp.range(dim(query, 1)) + xp.cast(start, xp.int32)
+            new = xp.range(dim(query, 1)) + xp.cast(start, xp.int32)
+            slots = None if cache is None else _slots(cache)
+            if isinstance(slots, int):  # positions below S: no cache rolls here
+                table = self._temperature_of(np.arange(slots, dtype="float64"))
+                return xp.gather(xp.constant(table, xp.float32), new)
+            positions = new
         where = xp.cast(positions, xp.float32)
         if len(where.shape) != 1:
             _checks.fail(
@@ -273,8 +270,15 @@ class DecoderAttention(RelativeMultiHeadAttention):
                 "(T,) positions with query_temperature (one factor a position)",
                 f"shape {where.shape}",
             )
+        return self._temperature_of(where)
+
+    def _temperature_of(self, where):
+        """`log(floor((p + 1) / F) + 1) a + 1` of positions `where` (NumPy or
+        float32 tensor: the same formula, written once)."""
         floor_scale = self.query_temperature["floor_scale"]
         scale = self.query_temperature["attn_scale"]
+        if isinstance(where, np.ndarray):
+            return np.log1p(np.floor((where + 1.0) / floor_scale)) * scale + 1.0
         return xp.math.log1p(xp.floor((where + 1.0) / floor_scale)) * scale + 1.0
 
     def _dense(self, units, name, use_bias=None):
@@ -297,11 +301,18 @@ class DecoderAttention(RelativeMultiHeadAttention):
             logits = logits + bias
         if mask is not None:
             logits = xp.where(mask, logits, ops.attention.masked_logit(logits))
+        # One softmax over the keys and a sink column, the sink's weight
+        # dropped (gpt-oss's own form): integer kernels (CONCATENATION,
+        # SOFTMAX, STRIDED_SLICE) where the written-out sum needed EXP.
         sink = xp.reshape(self.sinks, [1, -1, 1, 1])  # (1, N, 1, 1)
-        top = xp.maximum(xp.reduce_max(logits, -1, keepdims=True), sink)
-        exp = xp.exp(logits - top)
-        total = xp.reduce_sum(exp, -1, keepdims=True) + xp.exp(sink - top)
-        return xp.cast(exp / total, self.compute_dtype)
+        sink = xp.zeros_like(logits[..., :1]) + sink  # (B, N, T, 1)
+        weights = xp.nn.softmax(xp.concat([logits, sink], -1), axis=-1)
+        return xp.cast(weights[..., :-1], self.compute_dtype)
+
+
+def _slots(cache):
+    """The slot count S of a cache (`[keys, values]` or one tensor)."""
+    return (cache[0] if isinstance(cache, (list, tuple)) else cache).shape[2]
 
 
 def _check_parts(kwargs, norms, sliding_window, attention_sinks):

@@ -120,7 +120,7 @@ def block_capabilities(position, num_layers, block_options, position_options=Non
     """The `Capabilities` of a causal LM of `position` with `block_options`.
 
     int8 as the method's, unless a layer says it has no integer kernels
-    (`integer_blocker`: the exact GELU, sinks, Llama 4's temperature); no
+    (`integer_blocker`: the exact GELU); no
     QAT (the blocks' rounding is not modelled: `quantize=True` is refused
     with `block_options`);
     streaming where the `DecoderStack` has no blocker (sliding layers and
