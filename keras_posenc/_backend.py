@@ -336,7 +336,9 @@ def compiled(function, signature, jit_compile, variables):
     JAX: `jax.jit` (always XLA), the `variables`' current values passed in
     at each call, so a trained model never decodes with stale weights.
     PyTorch: `function` itself, eager (Keras' `jit_compile` there covers its
-    own train and predict steps; `torch.compile` of this loop was not tried).
+    own train and predict steps; `torch.compile` of this loop was not tried),
+    under `torch.no_grad()`: decoding records no autograd graph (keras-hub's
+    `generate` does the same), and the loop's caches can be written in place.
     """
     if IS_TENSORFLOW:
         return tf.function(
@@ -346,7 +348,13 @@ def compiled(function, signature, jit_compile, variables):
             autograph=False,
         )
     if BACKEND != "jax":
-        return function
+        import torch
+
+        def eager(*args):
+            with torch.no_grad():
+                return function(*args)
+
+        return eager
     import jax
 
     variables = list(variables)

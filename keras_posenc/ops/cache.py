@@ -16,7 +16,7 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.compiler.tf2xla.python.xla import dynamic_update_slice
 
-from keras_posenc._backend import IS_TENSORFLOW, xp
+from keras_posenc._backend import BACKEND, IS_TENSORFLOW, xp
 from keras_posenc._compat import dim, rank
 from keras_posenc.ops.attention import in_xla
 
@@ -239,8 +239,13 @@ def update_slice(operand, update, index, axis):
     a scatter of the rows `operand[:, ..., index + t]`: TensorFlow's kernel
     of XLA's op costs ~55 us a call even on a `(1, 256)` tensor, more than
     the decoding step's matmuls; inside `in_place_writes()`, a write into
-    `operand`'s own buffer (the scatter copies all of `operand`).
+    `operand`'s own buffer (the scatter copies all of `operand`; on PyTorch,
+    whose `slice_update` clones its operand, a copy into a view of it).
     """
+    if _IN_PLACE.get() and BACKEND == "torch":  # eager, under no_grad
+        count = update.shape[axis]
+        operand.narrow(axis, int(index), count).copy_(update.to(operand.dtype))
+        return operand
     index = xp.cast(index, xp.int32)
     if _STATIC.get() or in_xla():
         start = [0] * axis + [index] + [0] * (rank(operand) - axis - 1)
